@@ -1,0 +1,112 @@
+// The interface every backend implements, and what a backend declares it can do.
+// The public forward_* entry points validate once, here, before any backend code touches memory.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnkit/batch.h"
+#include "attnkit/kv_cache.h"
+#include "attnkit/spec.h"
+#include "attnkit/tensor.h"
+
+namespace attnkit {
+
+// What a backend supports. `why_unsupported` turns it into the one answer every caller uses:
+// the support check, `attnkit list`, `attnkit check` and `auto` selection cannot disagree.
+struct Capabilities {
+  Device device = Device::cpu;
+  // How the backend reads the cache; a hybrid pair must agree. "paged-nhd": slot [num_kv_heads, head_dim].
+  std::string cache_layout = "paged-nhd";
+  std::vector<DType> q_dtypes;       // q, k, v and out share one dtype
+  std::vector<DType> kv_dtypes;      // cache dtypes
+  std::vector<int> head_dims;        // supported head_dim_qk == head_dim_vo values; empty: any
+  bool mla = false;                  // MLA (absorbed form)
+  std::vector<int> mla_dims;         // supported kv_lora_rank values for MLA; empty: any
+  int min_page_size = 1;
+  int max_page_size = 256;
+  bool extend = true;
+  bool decode = true;
+  bool mixed = true;
+  bool gqa = true;                   // num_qo_heads > num_kv_heads
+  bool mha = true;                   // non-MLA attention at all
+  bool causal = true;
+  bool non_causal = true;
+  bool window = true;
+  bool soft_cap = true;
+  bool sinks = true;
+  bool custom_mask = true;
+  bool cuda_graph = false;
+};
+
+// Empty when `caps` covers the spec, cache and (when given) batch and q dtype; else the reason,
+// naming the field.
+std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
+                            const KvCacheConfig& cache, const ForwardBatch* batch = nullptr,
+                            std::optional<DType> q_dtype = std::nullopt);
+
+struct BackendContext {
+  const ModelSpec* model = nullptr;  // never null; outlives the backend
+  KvCache* cache = nullptr;          // never null; outlives the backend
+};
+
+class AttentionBackend {
+ public:
+  explicit AttentionBackend(const BackendContext& context);
+  virtual ~AttentionBackend() = default;
+  AttentionBackend(const AttentionBackend&) = delete;
+  AttentionBackend& operator=(const AttentionBackend&) = delete;
+
+  virtual std::string name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+
+  // Plan: once per batch, before layer 0. Validates the batch against the cache and capabilities.
+  // The batch is read again by every forward_*: it must stay alive and unchanged until the next plan.
+  void init_forward_metadata(const ForwardBatch& batch);
+  // q [num_tokens, num_qo_heads, head_dim_qk], k [num_tokens, num_kv_heads, head_dim_qk],
+  // v [num_tokens, num_kv_heads, head_dim_vo] (MLA: k is the latent [num_tokens, 1, rank + rope],
+  // v is empty), out [num_tokens, num_qo_heads, head_dim_vo]; all on the backend's device.
+  // Stores k, v at the batch's out_cache_loc, then attends each new token to prefix + new tokens.
+  void forward_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out);
+  void forward_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out);
+  // Dispatches on the batch mode.
+  void forward(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+               const TensorView& out);
+  // Fixed-address metadata for CUDA-graph capture and replay; throws where unsupported.
+  virtual void init_cuda_graph_state(int max_batch_size, int max_num_pages);
+  // Blocks until this backend's queued device work is done (timing, and reading outputs).
+  virtual void synchronize() {}
+
+  const ForwardBatch& batch() const;
+  const ModelSpec& model() const { return *context_.model; }
+  KvCache& cache() const { return *context_.cache; }
+  // Capabilities, computed once.
+  const Capabilities& caps() const;
+
+ protected:
+  // The batch's out_cache_loc as a host tensor (for CPU backends' cache stores).
+  TensorView host_out_cache_loc() const;
+  // Called after validation; the batch is the one given to init_forward_metadata.
+  virtual void plan(const ForwardBatch& batch) = 0;
+  virtual void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                          const TensorView& out) = 0;
+  // Default: decode is extend with one new token per request.
+  virtual void run_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                          const TensorView& out) {
+    run_extend(layer, q, k, v, out);
+  }
+
+ private:
+  void validate_forward(const char* entry, int layer, const TensorView& q, const TensorView& k,
+                        const TensorView& v, const TensorView& out) const;
+
+  BackendContext context_;
+  const ForwardBatch* batch_ = nullptr;
+  mutable std::unique_ptr<Capabilities> caps_;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,101 @@
+// AttentionBackend's public entry points: validate once, then hand over to the backend.
+#include "attnkit/backend.h"
+
+namespace attnkit {
+
+AttentionBackend::AttentionBackend(const BackendContext& context) : context_(context) {
+  ATTNKIT_CHECK(context.model != nullptr, "backend: the context's model must not be null");
+  ATTNKIT_CHECK(context.cache != nullptr, "backend: the context's cache must not be null");
+  ATTNKIT_CHECK(context.cache->config().num_layers >= context.model->num_layers(), "backend: the cache has ",
+                context.cache->config().num_layers, " layers, the model ", context.model->num_layers());
+}
+
+const Capabilities& AttentionBackend::caps() const {
+  if (!caps_) caps_ = std::make_unique<Capabilities>(capabilities());
+  return *caps_;
+}
+
+const ForwardBatch& AttentionBackend::batch() const {
+  ATTNKIT_CHECK(batch_ != nullptr, name(), ": init_forward_metadata must be called before forward");
+  return *batch_;
+}
+
+TensorView AttentionBackend::host_out_cache_loc() const {
+  const ForwardBatch& b = batch();
+  return TensorView(const_cast<int64_t*>(b.out_cache_loc.data()), DType::i64, Device::cpu,
+                    {static_cast<int64_t>(b.out_cache_loc.size())});
+}
+
+void AttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
+  const KvCacheConfig& cache_config = cache().config();
+  batch.validate(cache_config);
+  for (int l = 0; l < model().num_layers(); ++l) {
+    const std::string why = why_unsupported(caps(), model().layer(l), cache_config, &batch);
+    ATTNKIT_CHECK(why.empty(), name(), ": ", why, " (layer ", l, ")");
+  }
+  batch_ = nullptr;  // a failed plan leaves no stale batch behind
+  plan(batch);
+  batch_ = &batch;
+}
+
+void AttentionBackend::validate_forward(const char* entry, int layer, const TensorView& q, const TensorView& k,
+                                        const TensorView& v, const TensorView& out) const {
+  const ForwardBatch& b = batch();
+  const AttentionSpec& spec = model().layer(layer);
+  const KvCacheConfig& c = cache().config();
+  const std::string who = name() + " " + entry;
+  ATTNKIT_CHECK(c.num_kv_heads == spec.num_kv_heads && c.head_dim_k == spec.head_dim_qk &&
+                    c.head_dim_v == spec.head_dim_vo && c.mla == spec.is_mla(),
+                who, ": the cache holds ", c.num_kv_heads, " kv heads of ", c.head_dim_k, "/", c.head_dim_v,
+                (c.mla ? " (MLA)" : ""), ", layer ", layer, " needs ", spec.num_kv_heads, " of ", spec.head_dim_qk,
+                "/", spec.head_dim_vo, (spec.is_mla() ? " (MLA)" : ""));
+  const int64_t n = b.num_tokens();
+  auto check = [&](const char* field, const TensorView& t, int64_t heads, int64_t dim) {
+    ATTNKIT_CHECK(!t.empty(), who, ": ", field, " must not be empty");
+    ATTNKIT_CHECK(t.rank == 3 && t.dim(0) == n && t.dim(1) == heads && t.dim(2) == dim, who, ": ", field,
+                  " must be [", n, ", ", heads, ", ", dim, "], got ", t.describe());
+    ATTNKIT_CHECK(t.dtype == q.dtype, who, ": ", field, " dtype must match q (", dtype_name(q.dtype), "), got ",
+                  dtype_name(t.dtype));
+    ATTNKIT_CHECK(t.device == caps().device, who, ": ", field, " must be on ", device_name(caps().device), ", got ",
+                  device_name(t.device));
+  };
+  check("q", q, spec.num_qo_heads, spec.head_dim_qk);
+  check("k", k, spec.num_kv_heads, spec.head_dim_qk);
+  if (spec.is_mla()) {
+    ATTNKIT_CHECK(v.empty(), who, ": MLA stores the latent as k; v must be empty, got ", v.describe());
+  } else {
+    check("v", v, spec.num_kv_heads, spec.head_dim_vo);
+  }
+  check("out", out, spec.num_qo_heads, spec.head_dim_vo);
+  const std::string why = why_unsupported(caps(), spec, c, &b, q.dtype);
+  ATTNKIT_CHECK(why.empty(), name(), ": ", why);
+}
+
+void AttentionBackend::forward_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& out) {
+  validate_forward("forward_extend", layer, q, k, v, out);
+  run_extend(layer, q, k, v, out);
+}
+
+void AttentionBackend::forward_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& out) {
+  validate_forward("forward_decode", layer, q, k, v, out);
+  ATTNKIT_CHECK(batch().mode == ForwardMode::decode, name(), " forward_decode: the batch mode must be decode, got ",
+                forward_mode_name(batch().mode));
+  run_decode(layer, q, k, v, out);
+}
+
+void AttentionBackend::forward(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                               const TensorView& out) {
+  if (batch().mode == ForwardMode::decode) {
+    forward_decode(layer, q, k, v, out);
+  } else {
+    forward_extend(layer, q, k, v, out);
+  }
+}
+
+void AttentionBackend::init_cuda_graph_state(int, int) {
+  throw Error(name() + ": CUDA graphs are not supported");
+}
+
+}  // namespace attnkit

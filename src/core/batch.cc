@@ -1,0 +1,181 @@
+// ForwardBatch accessors and checks, and build_batch, which fills every CSR field from a KvCache.
+#include "attnkit/batch.h"
+
+#include <algorithm>
+
+namespace attnkit {
+
+std::string_view forward_mode_name(ForwardMode mode) {
+  switch (mode) {
+    case ForwardMode::extend: return "extend";
+    case ForwardMode::decode: return "decode";
+    case ForwardMode::mixed: return "mixed";
+  }
+  return "?";
+}
+
+int ForwardBatch::kv_len(int i) const {
+  const int pages = num_pages(i);
+  return pages == 0 ? 0 : (pages - 1) * page_size + kv_last_page_len[i];
+}
+
+int64_t ForwardBatch::total_kv_len() const {
+  int64_t total = 0;
+  for (int i = 0; i < batch_size(); ++i) total += kv_len(i);
+  return total;
+}
+
+int ForwardBatch::max_qo_len() const {
+  int m = 0;
+  for (int i = 0; i < batch_size(); ++i) m = std::max(m, qo_len(i));
+  return m;
+}
+
+int ForwardBatch::max_kv_len() const {
+  int m = 0;
+  for (int i = 0; i < batch_size(); ++i) m = std::max(m, kv_len(i));
+  return m;
+}
+
+bool ForwardBatch::has_custom_mask(int i) const {
+  return !custom_mask_indptr.empty() && custom_mask_indptr[i + 1] > custom_mask_indptr[i];
+}
+
+int64_t ForwardBatch::slot(int i, int64_t position) const {
+  return int64_t{kv_page_indices[kv_page_indptr[i] + position / page_size]} * page_size + position % page_size;
+}
+
+namespace {
+template <typename T>
+void check_indptr(const char* field, const std::vector<T>& indptr, size_t expected_size) {
+  ATTNKIT_CHECK(indptr.size() == expected_size, "batch: ", field, " must have ", expected_size,
+                " entries (batch_size + 1), got ", indptr.size());
+  ATTNKIT_CHECK(indptr.empty() || indptr[0] == 0, "batch: ", field, "[0] must be 0, got ", indptr[0]);
+  for (size_t i = 1; i < indptr.size(); ++i) {
+    ATTNKIT_CHECK(indptr[i] >= indptr[i - 1], "batch: ", field, " must not decrease, but ", field, "[", i, "] = ",
+                  indptr[i], " < ", field, "[", i - 1, "] = ", indptr[i - 1]);
+  }
+}
+}  // namespace
+
+void ForwardBatch::validate(const KvCacheConfig& cache) const {
+  ATTNKIT_CHECK(page_size == cache.page_size, "batch: page_size must match the cache's (", cache.page_size,
+                "), got ", page_size);
+  ATTNKIT_CHECK(!qo_indptr.empty(), "batch: qo_indptr must have batch_size + 1 entries, got 0");
+  const size_t n = static_cast<size_t>(batch_size());
+  check_indptr("qo_indptr", qo_indptr, n + 1);
+  check_indptr("kv_page_indptr", kv_page_indptr, n + 1);
+  ATTNKIT_CHECK(static_cast<size_t>(kv_page_indptr.back()) == kv_page_indices.size(),
+                "batch: kv_page_indices must have kv_page_indptr.back() (", kv_page_indptr.back(), ") entries, got ",
+                kv_page_indices.size());
+  ATTNKIT_CHECK(kv_last_page_len.size() == n, "batch: kv_last_page_len must have batch_size (", n,
+                ") entries, got ", kv_last_page_len.size());
+  ATTNKIT_CHECK(prefix_lens.size() == n, "batch: prefix_lens must have batch_size (", n, ") entries, got ",
+                prefix_lens.size());
+  ATTNKIT_CHECK(out_cache_loc.size() == static_cast<size_t>(num_tokens()), "batch: out_cache_loc must have num_tokens (",
+                num_tokens(), ") entries, got ", out_cache_loc.size());
+  for (size_t p = 0; p < kv_page_indices.size(); ++p) {
+    ATTNKIT_CHECK(kv_page_indices[p] >= 0 && kv_page_indices[p] < cache.num_pages, "batch: kv_page_indices[", p,
+                  "] must be in 0..", cache.num_pages - 1, ", got ", kv_page_indices[p]);
+  }
+  for (int i = 0; i < batch_size(); ++i) {
+    const int last = kv_last_page_len[i];
+    if (num_pages(i) == 0) {
+      ATTNKIT_CHECK(last == 0, "batch: request ", i, " has no pages, so kv_last_page_len must be 0, got ", last);
+    } else {
+      ATTNKIT_CHECK(last >= 1 && last <= page_size, "batch: kv_last_page_len[", i, "] must be in 1..", page_size,
+                    ", got ", last);
+    }
+    ATTNKIT_CHECK(prefix_lens[i] >= 0, "batch: prefix_lens[", i, "] must be >= 0, got ", prefix_lens[i]);
+    ATTNKIT_CHECK(kv_len(i) == prefix_lens[i] + qo_len(i), "batch: request ", i, " has kv_len ", kv_len(i),
+                  " from its page table, but prefix_lens + qo_len = ", prefix_lens[i], " + ", qo_len(i));
+    if (mode == ForwardMode::decode) {
+      ATTNKIT_CHECK(qo_len(i) == 1, "batch: a decode batch has one new token per request, but request ", i,
+                    " has ", qo_len(i));
+    }
+    for (int j = 0; j < qo_len(i); ++j) {
+      const int64_t t = qo_indptr[i] + j;
+      const int64_t expected = slot(i, prefix_lens[i] + j);
+      ATTNKIT_CHECK(out_cache_loc[t] == expected, "batch: out_cache_loc[", t, "] must be ", expected,
+                    " (the page table's slot for request ", i, " position ", prefix_lens[i] + j, "), got ",
+                    out_cache_loc[t]);
+    }
+  }
+  if (!custom_mask_indptr.empty()) {
+    check_indptr("custom_mask_indptr", custom_mask_indptr, n + 1);
+    ATTNKIT_CHECK(static_cast<size_t>(custom_mask_indptr.back()) == custom_mask.size(),
+                  "batch: custom_mask must have custom_mask_indptr.back() (", custom_mask_indptr.back(),
+                  ") entries, got ", custom_mask.size());
+    for (int i = 0; i < batch_size(); ++i) {
+      const int64_t size = custom_mask_indptr[i + 1] - custom_mask_indptr[i];
+      ATTNKIT_CHECK(size == 0 || size == int64_t{qo_len(i)} * kv_len(i), "batch: request ", i,
+                    "'s custom mask must have qo_len * kv_len (", int64_t{qo_len(i)} * kv_len(i), ") entries, got ", size);
+    }
+  } else {
+    ATTNKIT_CHECK(custom_mask.empty(), "batch: custom_mask is set but custom_mask_indptr is empty");
+  }
+}
+
+ForwardBatch build_batch(KvCache& cache, const std::vector<RequestStep>& steps) {
+  const int page_size = cache.config().page_size;
+  // Count every page first, so running out changes nothing.
+  int64_t pages_needed = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const RequestStep& s = steps[i];
+    ATTNKIT_CHECK(s.num_new_tokens >= 0, "build_batch: steps[", i, "].num_new_tokens must be >= 0, got ",
+                  s.num_new_tokens);
+    ATTNKIT_CHECK(s.id < 0 || s.prefix_len == 0, "build_batch: steps[", i,
+                  "] names an existing request, whose prefix is its cached length: prefix_len must be 0, got ", s.prefix_len);
+    ATTNKIT_CHECK(s.prefix_len >= 0, "build_batch: steps[", i, "].prefix_len must be >= 0, got ", s.prefix_len);
+    const int64_t prefix = s.id >= 0 ? cache.length(s.id) : s.prefix_len;
+    const int64_t have = s.id >= 0 ? static_cast<int64_t>(cache.pages(s.id).size()) : 0;
+    const int64_t need = (prefix + s.num_new_tokens + page_size - 1) / page_size;
+    pages_needed += std::max<int64_t>(0, need - have);
+    if (!s.custom_mask.empty()) {
+      const int64_t expected = s.num_new_tokens * (prefix + s.num_new_tokens);
+      ATTNKIT_CHECK(static_cast<int64_t>(s.custom_mask.size()) == expected, "build_batch: steps[", i,
+                    "].custom_mask must have num_new_tokens * (prefix + num_new_tokens) = ", expected,
+                    " entries, got ", s.custom_mask.size());
+    }
+  }
+  if (pages_needed > cache.allocator().num_free()) {
+    throw OutOfPagesError(detail::concat("KV cache out of pages: the batch needs ", pages_needed, ", ",
+                                         cache.allocator().num_free(), " of ", cache.allocator().num_pages(), " free"));
+  }
+
+  ForwardBatch b;
+  b.page_size = page_size;
+  b.qo_indptr.push_back(0);
+  b.kv_page_indptr.push_back(0);
+  bool any_mask = false;
+  int num_single = 0;
+  for (const RequestStep& s : steps) {
+    const RequestId id = s.id >= 0 ? s.id : cache.add_request();
+    const int64_t prefix = s.id >= 0 ? cache.length(id) : 0;
+    const int64_t cached = s.id >= 0 ? prefix : s.prefix_len;
+    cache.reserve(id, cached + s.num_new_tokens);
+    const auto& pages = cache.pages(id);
+    const int64_t kv_len = cached + s.num_new_tokens;
+    b.request_ids.push_back(id);
+    b.prefix_lens.push_back(static_cast<int32_t>(cached));
+    b.qo_indptr.push_back(b.qo_indptr.back() + static_cast<int32_t>(s.num_new_tokens));
+    b.kv_page_indices.insert(b.kv_page_indices.end(), pages.begin(), pages.end());
+    b.kv_page_indptr.push_back(static_cast<int32_t>(b.kv_page_indices.size()));
+    b.kv_last_page_len.push_back(kv_len == 0 ? 0 : static_cast<int32_t>((kv_len - 1) % page_size + 1));
+    for (int64_t j = 0; j < s.num_new_tokens; ++j) b.out_cache_loc.push_back(cache.slot(id, cached + j));
+    any_mask = any_mask || !s.custom_mask.empty();
+    num_single += s.num_new_tokens == 1;
+  }
+  if (any_mask) {
+    b.custom_mask_indptr.push_back(0);
+    for (const RequestStep& s : steps) {
+      b.custom_mask.insert(b.custom_mask.end(), s.custom_mask.begin(), s.custom_mask.end());
+      b.custom_mask_indptr.push_back(static_cast<int64_t>(b.custom_mask.size()));
+    }
+  }
+  const int n = static_cast<int>(steps.size());
+  b.mode = (n > 0 && num_single == n) ? ForwardMode::decode : num_single == 0 ? ForwardMode::extend : ForwardMode::mixed;
+  return b;
+}
+
+}  // namespace attnkit

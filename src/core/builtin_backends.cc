@@ -1,0 +1,13 @@
+// Registers every backend built into the library, one line each; the order here is the order of
+// `attnkit list`. `auto`'s preference order is written in registry.cc.
+#include "core/builtin_backends.h"
+
+namespace attnkit {
+
+void register_reference_backend(Registry& registry);
+
+void register_builtin_backends(Registry& registry) {
+  register_reference_backend(registry);
+}
+
+}  // namespace attnkit

@@ -1,0 +1,36 @@
+// Device memory and copies behind attnkit::Buffer.
+#include "cuda/check.h"
+#include "cuda/memory.h"
+
+namespace attnkit::cuda {
+
+void* device_malloc(size_t nbytes) {
+  void* ptr = nullptr;
+  if (nbytes == 0) return nullptr;
+  cudaError_t err = cudaMalloc(&ptr, nbytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
+    throw Error(detail::concat("cudaMalloc of ", nbytes, " bytes failed: ", cudaGetErrorString(err)));
+  }
+  return ptr;
+}
+
+void device_free(void* ptr) noexcept {
+  if (ptr) cudaFree(ptr);
+}
+
+void copy_host_to_device(void* dst, const void* src, size_t nbytes) {
+  if (nbytes) ATTNKIT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice));
+}
+void copy_device_to_host(void* dst, const void* src, size_t nbytes) {
+  if (nbytes) ATTNKIT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost));
+}
+void copy_device_to_device(void* dst, const void* src, size_t nbytes) {
+  if (nbytes) ATTNKIT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToDevice));
+}
+void device_memset(void* dst, uint8_t value, size_t nbytes) {
+  if (nbytes) ATTNKIT_CUDA_CHECK(cudaMemset(dst, value, nbytes));
+}
+void device_synchronize() { ATTNKIT_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace attnkit::cuda

@@ -1,0 +1,59 @@
+// The benchmark harness behind `attnkit bench`: one workload (phase, batch, lengths) on one backend,
+// warm-up, repeats on rotating fresh inputs, the median, and the figures derived from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/spec.h"
+#include "attnkit/tensor.h"
+
+namespace attnkit::harness {
+
+enum class Phase { prefill, decode, mixed };
+
+struct Workload {
+  Phase phase = Phase::decode;
+  ModelSpec model;                 // attention of its first layer is timed
+  DType q_dtype = DType::bf16;
+  DType kv_dtype = DType::bf16;
+  int page_size = 16;
+  // (prefix_len, num_new_tokens) per request; prefill: (0, n), decode: (kv_len - 1, 1).
+  std::vector<std::pair<int64_t, int64_t>> requests;
+  std::string label;               // "decode 64 x 16384"
+};
+
+// The workload of `phase` for batch_size requests of kv_len tokens (prefill: qo_len == kv_len).
+Workload make_workload(const ModelSpec& model, Phase phase, int batch_size, int64_t kv_len, int page_size = 16,
+                       DType dtype = DType::bf16);
+
+struct BenchOptions {
+  int warmup = 3;
+  int repeats = 20;
+  int input_sets = 4;              // fresh q/k/v sets rotated between repeats
+};
+
+struct BenchResult {
+  std::string backend;
+  std::string workload;
+  std::string skipped;             // non-empty: not run, and why
+  double median_ms = 0.0;
+  double min_ms = 0.0;
+  double max_ms = 0.0;
+  double flops = 0.0;              // unmasked FLOPs of one call (causal: the visible half)
+  double bytes = 0.0;              // KV bytes read + q/out bytes of one call
+  double tokens_per_s = 0.0;       // new tokens a second
+  double flop_per_s = 0.0;
+  double bytes_per_s = 0.0;
+  double workspace_bytes = 0.0;    // device/host memory the backend asked for beyond the cache
+  double peak_rss_bytes = 0.0;     // host peak resident set after the run
+};
+
+BenchResult run_bench(const std::string& backend, const Workload& workload, const BenchOptions& options);
+
+// Unmasked FLOPs and minimal bytes of one attention call over `workload`.
+double workload_flops(const Workload& workload);
+double workload_bytes(const Workload& workload);
+
+}  // namespace attnkit::harness
