@@ -1,0 +1,94 @@
+// The `planned` backend's extend (prefill / chunked prefill) kernel: its params, the work list it
+// reads, the tile shape the planner needs, and the launcher. The mainloop lives in prefill_kernel.cuh,
+// the dispatch switch and instantiations in prefill.cu; planning and the merge of splits live elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/batch.h"
+#include "attnkit/dtype.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace attnkit::planned {
+
+// GQA packing: the query heads of one KV head share each K/V tile, so a request's queries for one
+// KV head are laid out as qo_len * group_size "packed rows": packed row r is token r / group_size of
+// the request, query head kv_head_idx * group_size + r % group_size.
+//
+// One work item is one CTA (for every KV head: grid.y = num_kv_heads). It computes the packed rows
+// [qo_tile_idx * tile_rows, min((qo_tile_idx + 1) * tile_rows, qo_len * group_size)) against the
+// request's KV positions [kv_begin, kv_end) (further cut by the mask).
+struct PrefillWorkItem {
+  int32_t request_idx;
+  int32_t qo_tile_idx;
+  int32_t kv_begin;     // first KV position visited; 0 for an unsplit item
+  int32_t kv_end;       // one past the last; -1: the request's kv_len
+  // -1: this item is the whole answer for its rows: it writes `out` (and `lse`) directly.
+  // >= 0: one split of several: token j of the request writes partial row partial_row + j, so the
+  // planner gives each (request, split) qo_len consecutive rows, shared by all q tiles of that split.
+  int32_t partial_row;
+};
+
+struct PrefillParams {
+  // Activations, in q_dtype (bf16 or f16); out has q's dtype.
+  const void* q;  // [num_tokens, num_qo_heads, head_dim], never null
+  void* out;      // [num_tokens, num_qo_heads, head_dim], never null (unused by split items)
+  float* lse;     // [num_tokens, num_qo_heads] natural log, sinks excluded, -inf for an empty row; may be null
+
+  // One layer's paged pools in kv_dtype (q_dtype, or e4m3 read as stored * k_scale / v_scale).
+  const void* k_pool;  // [num_slots, num_kv_heads, head_dim], never null; slot s is in page s / page_size
+  const void* v_pool;  // [num_slots, num_kv_heads, head_dim], never null
+
+  // The batch, on the device (the same CSR arrays as ForwardBatch, uploaded by the planner).
+  const int32_t* qo_indptr;         // [batch_size + 1], never null
+  const int32_t* kv_page_indptr;    // [batch_size + 1], never null
+  const int32_t* kv_page_indices;   // [kv_page_indptr[batch_size]], never null
+  const int32_t* kv_last_page_len;  // [batch_size] 1..page_size, never null
+  const int32_t* prefix_lens;       // [batch_size] position of each request's first new token, never null
+  // Optional custom masks: request i's [qo_len, kv_len] row-major 0/1 bytes start at
+  // custom_mask[custom_mask_indptr[i]]; an empty range means the causal/window rule. Both null: none.
+  const uint8_t* custom_mask;          // [custom_mask_indptr[batch_size]] or null
+  const int64_t* custom_mask_indptr;   // [batch_size + 1] or null
+  const float* sinks;                  // [num_qo_heads] logits added to the denominator only, or null
+
+  // The work list (from the planner, on the device) and where split items write.
+  const PrefillWorkItem* work;  // [num_work_items], never null
+  int num_work_items = 0;
+  float* partial_o;    // [num_partial_rows, num_qo_heads, head_dim] f32; null when no item splits
+  float* partial_lse;  // [num_partial_rows, num_qo_heads] natural log, sinks excluded; null when no item splits
+
+  int batch_size = 0;
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;    // 64, 128 or 256 (qk and vo alike)
+  int page_size = 0;   // 1..256
+  float sm_scale = 0.0f;         // the logit scale, already resolved (never 0)
+  float logits_soft_cap = 0.0f;  // 0: off; else cap * tanh(x / cap) after scaling
+  int window_left = -1;          // -1: off; else key t visible to position p only if t >= p - window_left
+  bool causal = true;
+  float k_scale = 1.0f;          // e4m3 cache only
+  float v_scale = 1.0f;
+  DType q_dtype = DType::bf16;   // bf16 or f16
+  DType kv_dtype = DType::bf16;  // q_dtype or e4m3
+};
+
+// Packed rows one CTA covers for this head dim (the q tile), for the planner's tile count:
+// num_qo_tiles(i) = ceil(qo_len(i) * group_size / prefill_tile_rows(head_dim)).
+int prefill_tile_rows(int head_dim);
+// KV positions one mainloop step covers; split boundaries that are multiples of it waste nothing.
+int prefill_tile_kv(int head_dim);
+
+// The simplest work list: every (request, q tile) once, unsplit, in request order; requests with
+// qo_len 0 get no item. A planner may reorder items (longest first balances best) or split them.
+std::vector<PrefillWorkItem> make_prefill_work(const ForwardBatch& batch, int num_qo_heads,
+                                               int num_kv_heads, int head_dim);
+
+// Throws attnkit::Error naming the first unsupported field (head_dim, dtypes, page_size, heads).
+void check_prefill_params(const PrefillParams& p);
+// Enqueues the kernel on `stream`; checks the params and the launch. Nothing to do when
+// num_work_items is 0.
+void launch_prefill(const PrefillParams& p, cudaStream_t stream);
+
+}  // namespace attnkit::planned
