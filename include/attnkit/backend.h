@@ -80,6 +80,8 @@ class AttentionBackend {
   virtual void init_cuda_graph_state(int max_batch_size, int max_num_pages);
   // Blocks until this backend's queued device work is done (timing, and reading outputs).
   virtual void synchronize() {}
+  // Memory the backend holds beyond the cache (plan buffers, split-KV partials, score matrices).
+  virtual size_t workspace_bytes() const { return 0; }
 
   const ForwardBatch& batch() const;
   const ModelSpec& model() const { return *context_.model; }

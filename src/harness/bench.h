@@ -9,6 +9,8 @@
 #include "attnkit/spec.h"
 #include "attnkit/tensor.h"
 
+#include <utility>
+
 namespace attnkit::harness {
 
 enum class Phase { prefill, decode, mixed };
@@ -32,12 +34,14 @@ struct BenchOptions {
   int warmup = 3;
   int repeats = 20;
   int input_sets = 4;              // fresh q/k/v sets rotated between repeats
+  double max_seconds = 20.0;       // a slow backend stops repeating after this (at least one run)
 };
 
 struct BenchResult {
   std::string backend;
   std::string workload;
   std::string skipped;             // non-empty: not run, and why
+  int repeats = 0;                 // timed calls behind the median
   double median_ms = 0.0;
   double min_ms = 0.0;
   double max_ms = 0.0;
@@ -48,6 +52,7 @@ struct BenchResult {
   double bytes_per_s = 0.0;
   double workspace_bytes = 0.0;    // device/host memory the backend asked for beyond the cache
   double peak_rss_bytes = 0.0;     // host peak resident set after the run
+  double plan_us = 0.0;            // host time of init_forward_metadata (validation + plan)
 };
 
 BenchResult run_bench(const std::string& backend, const Workload& workload, const BenchOptions& options);

@@ -1,0 +1,205 @@
+// run_bench: plan once, warm up, then time repeated forward calls on rotating fresh inputs.
+#include "harness/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "attnkit/batch.h"
+#include "attnkit/registry.h"
+#include "harness/device_copy.h"
+#ifdef ATTNKIT_WITH_CUDA
+#include "cuda/memory.h"
+#include "cuda/timer.h"
+#endif
+
+namespace attnkit::harness {
+
+namespace {
+
+std::string phase_name(Phase p) { return p == Phase::prefill ? "prefill" : p == Phase::decode ? "decode" : "mixed"; }
+
+// Visible keys of query j of a request (prefix p, n new tokens) under the spec's causal/window rule.
+int64_t visible_keys(const AttentionSpec& s, int64_t prefix, int64_t n, int64_t j) {
+  const int64_t pos = prefix + j;
+  int64_t hi = s.causal ? pos : prefix + n - 1;
+  int64_t lo = s.window_left >= 0 ? std::max<int64_t>(0, pos - s.window_left) : 0;
+  return std::max<int64_t>(0, hi - lo + 1);
+}
+
+KvCacheConfig cache_for(const Workload& w, Device device) {
+  const AttentionSpec& s = w.model.layer(0);
+  KvCacheConfig cfg;
+  cfg.num_layers = 1;
+  cfg.page_size = w.page_size;
+  cfg.num_kv_heads = s.num_kv_heads;
+  cfg.head_dim_k = s.head_dim_qk;
+  cfg.head_dim_v = s.head_dim_vo;
+  cfg.dtype = w.kv_dtype;
+  cfg.mla = s.is_mla();
+  cfg.device = device;
+  int64_t pages = 0;
+  for (const auto& [p, n] : w.requests) pages += (p + n + w.page_size - 1) / w.page_size;
+  cfg.num_pages = static_cast<int>(pages);
+  return cfg;
+}
+
+// Fills a whole pool with random values: one 16 MiB random block, copied over and over (repeating
+// values are fine for timing; zeros are not, they can run faster than real data).
+void fill_pool(void* pool, size_t nbytes, DType dtype, Device device, uint64_t seed) {
+  constexpr size_t kBlock = size_t{16} << 20;
+  const size_t block = std::min(kBlock, nbytes);
+  std::vector<uint8_t> host(block);
+  fill_uniform(TensorView(host.data(), dtype, Device::cpu, {static_cast<int64_t>(block / dtype_size(dtype))}), seed,
+               -1.0f, 1.0f);
+  for (size_t off = 0; off < nbytes; off += block) {
+    const size_t len = std::min(block, nbytes - off);
+    char* dst = static_cast<char*>(pool) + off;
+    if (device == Device::cpu) {
+      std::copy(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(len), dst);
+    } else {
+#ifdef ATTNKIT_WITH_CUDA
+      cuda::copy_host_to_device(dst, host.data(), len);
+#endif
+    }
+  }
+}
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+}  // namespace
+
+Workload make_workload(const ModelSpec& model, Phase phase, int batch_size, int64_t kv_len, int page_size, DType dtype) {
+  Workload w;
+  w.phase = phase;
+  w.model = model;
+  w.model.layers.resize(1);
+  w.q_dtype = dtype;
+  w.kv_dtype = dtype;
+  w.page_size = page_size;
+  for (int i = 0; i < batch_size; ++i) {
+    if (phase == Phase::prefill) w.requests.emplace_back(0, kv_len);
+    else if (phase == Phase::decode) w.requests.emplace_back(kv_len - 1, 1);
+    else w.requests.emplace_back(i % 2 == 0 ? kv_len - 1 : kv_len / 2, i % 2 == 0 ? 1 : kv_len / 2);
+  }
+  w.label = phase_name(phase) + " " + std::to_string(batch_size) + " x " + std::to_string(kv_len);
+  return w;
+}
+
+double workload_flops(const Workload& w) {
+  const AttentionSpec& s = w.model.layer(0);
+  double pairs = 0.0;
+  for (const auto& [p, n] : w.requests) {
+    for (int64_t j = 0; j < n; ++j) pairs += static_cast<double>(visible_keys(s, p, n, j));
+  }
+  return pairs * s.num_qo_heads * 2.0 * (s.head_dim_qk + s.head_dim_vo);
+}
+
+double workload_bytes(const Workload& w) {
+  const AttentionSpec& s = w.model.layer(0);
+  const double kv_row = static_cast<double>(s.num_kv_heads) * (s.head_dim_qk + (s.is_mla() ? 0 : s.head_dim_vo));
+  double kv_tokens = 0.0, new_tokens = 0.0;
+  for (const auto& [p, n] : w.requests) {
+    kv_tokens += static_cast<double>(p + n);
+    new_tokens += static_cast<double>(n);
+  }
+  const double q_row = static_cast<double>(s.num_qo_heads) * (s.head_dim_qk + s.head_dim_vo);  // q in, out back
+  return kv_tokens * kv_row * dtype_size(w.kv_dtype) + new_tokens * (q_row + kv_row) * dtype_size(w.q_dtype);
+}
+
+BenchResult run_bench(const std::string& backend, const Workload& w, const BenchOptions& opt) {
+  BenchResult r;
+  r.backend = backend;
+  r.workload = w.label;
+  const BackendInfo& info = Registry::global().get(backend);
+  if (info.why_unavailable) r.skipped = info.why_unavailable();
+  if (!r.skipped.empty()) return r;
+  const Capabilities caps = info.capabilities();
+  const KvCacheConfig cfg = cache_for(w, caps.device);
+  const AttentionSpec& s = w.model.layer(0);
+  r.skipped = why_unsupported(caps, s, cfg, nullptr, w.q_dtype);
+  if (!r.skipped.empty()) return r;
+
+  KvCache cache(cfg);
+  std::vector<RequestStep> steps;
+  for (const auto& [p, n] : w.requests) steps.push_back({.id = -1, .prefix_len = p, .num_new_tokens = n, .custom_mask = {}});
+  const ForwardBatch batch = build_batch(cache, steps);
+  r.skipped = why_unsupported(caps, s, cfg, &batch, w.q_dtype);
+  if (!r.skipped.empty()) return r;
+  const size_t pool_bytes = static_cast<size_t>(cfg.num_slots());
+  fill_pool(cache.k_pool(0), pool_bytes * cfg.k_slot_bytes(), cfg.dtype, cfg.device, 1);
+  if (!cfg.mla) fill_pool(cache.v_pool(0), pool_bytes * cfg.v_slot_bytes(), cfg.dtype, cfg.device, 2);
+
+  auto b = create_backend(backend, {&w.model, &cache});
+  b->init_forward_metadata(batch);
+  const int64_t n = batch.num_tokens();
+  std::vector<Staged> q, k, v, out;
+  for (int i = 0; i < opt.input_sets; ++i) {
+    q.emplace_back(caps.device, w.q_dtype, std::vector<int64_t>{n, s.num_qo_heads, s.head_dim_qk});
+    k.emplace_back(caps.device, w.q_dtype, std::vector<int64_t>{n, s.num_kv_heads, s.head_dim_qk});
+    v.emplace_back(caps.device, w.q_dtype, std::vector<int64_t>{n, s.num_kv_heads, s.head_dim_vo});
+    out.emplace_back(caps.device, w.q_dtype, std::vector<int64_t>{n, s.num_qo_heads, s.head_dim_vo});
+    for (Staged* t : {&q.back(), &k.back(), &v.back()}) {
+      fill_uniform(t->host(), static_cast<uint64_t>(i) * 3 + 11, -1.0f, 1.0f);
+      t->upload();
+    }
+  }
+  auto call = [&](int i) {
+    const size_t set = static_cast<size_t>(i % opt.input_sets);
+    b->forward(0, q[set].dev(), k[set].dev(), s.is_mla() ? TensorView() : v[set].dev(), out[set].dev());
+  };
+  using Clock = std::chrono::steady_clock;
+  const auto budget_end = Clock::now() + std::chrono::duration<double>(opt.max_seconds);
+  for (int i = 0; i < opt.warmup && Clock::now() < budget_end; ++i) call(i);
+  b->synchronize();
+  std::vector<double> ms;
+#ifdef ATTNKIT_WITH_CUDA
+  std::unique_ptr<cuda::EventTimer> timer;
+  if (caps.device == Device::cuda) timer = std::make_unique<cuda::EventTimer>();
+#endif
+  for (int i = 0; i < opt.repeats; ++i) {
+    if (i > 0 && Clock::now() > budget_end) break;  // slow backends (reference) stop early
+    if (caps.device == Device::cuda) {
+#ifdef ATTNKIT_WITH_CUDA
+      timer->start();
+      call(i);
+      ms.push_back(timer->stop_ms());
+#endif
+    } else {
+      const auto t0 = Clock::now();
+      call(i);
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  r.median_ms = ms[ms.size() / 2];
+  r.min_ms = ms.front();
+  r.max_ms = ms.back();
+  r.repeats = static_cast<int>(ms.size());
+  r.flops = workload_flops(w);
+  r.bytes = workload_bytes(w);
+  const double seconds = r.median_ms * 1e-3;
+  r.tokens_per_s = static_cast<double>(n) / seconds;
+  r.flop_per_s = r.flops / seconds;
+  r.bytes_per_s = r.bytes / seconds;
+  r.peak_rss_bytes = peak_rss_bytes();
+  r.workspace_bytes = static_cast<double>(b->workspace_bytes());
+  // Host cost of planning one batch (the plan is reused by every layer), median of a few.
+  std::vector<double> plan_us;
+  for (int i = 0; i < 21; ++i) {
+    const auto t0 = Clock::now();
+    b->init_forward_metadata(batch);
+    plan_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  std::sort(plan_us.begin(), plan_us.end());
+  r.plan_us = plan_us[plan_us.size() / 2];
+  return r;
+}
+
+}  // namespace attnkit::harness

@@ -1,0 +1,204 @@
+// run_check: one case through a backend and through `reference`, on the same fresh inputs.
+#include "harness/check.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+
+#include "attnkit/batch.h"
+#include "attnkit/registry.h"
+#include "harness/device_copy.h"
+
+namespace attnkit::harness {
+
+double default_tolerance(DType q_dtype, DType kv_dtype) {
+  // The reference reads the same rounded q and the same cache bytes, so what is left is the
+  // backend's own rounding: its output and, in tensor-core kernels, the probabilities P rounded
+  // to the q dtype before P V. Both are relative errors of at most one unit roundoff u of that
+  // dtype, on values bounded by max|V|; we allow 4u, plus fp32 accumulation noise for f32.
+  (void)kv_dtype;
+  switch (q_dtype) {
+    case DType::f32: return 1e-5;            // fp32 accumulation over a few thousand terms
+    case DType::f16: return 4.0 * 0x1p-11;   // 2.0e-3
+    case DType::bf16: return 4.0 * 0x1p-8;   // 1.6e-2
+    default: return 0.0;
+  }
+}
+
+std::string describe(const CheckCase& c) {
+  std::ostringstream os;
+  if (!c.label.empty()) os << c.label << ": ";
+  os << c.spec.describe() << " q " << dtype_name(c.q_dtype) << " kv " << dtype_name(c.kv_dtype) << " page "
+     << c.page_size << " reqs";
+  for (const auto& [p, n] : c.requests) os << ' ' << p << '+' << n;
+  if (c.custom_mask) os << " custom-mask";
+  return os.str();
+}
+
+namespace {
+
+std::vector<uint8_t> tree_mask(int64_t prefix, int64_t n, std::mt19937_64& rng) {
+  // Each new token sees the prefix and a random subset of the new tokens before it (a tree), and itself.
+  std::vector<uint8_t> mask(static_cast<size_t>(n * (prefix + n)), 0);
+  std::bernoulli_distribution keep(0.6);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t t = 0; t < prefix + n; ++t) {
+      const bool visible = t < prefix ? true : t - prefix == j ? true : (t - prefix < j && keep(rng));
+      mask[static_cast<size_t>(j * (prefix + n) + t)] = visible;
+    }
+  }
+  return mask;
+}
+
+KvCacheConfig cache_config(const CheckCase& c, Device device) {
+  KvCacheConfig cfg;
+  cfg.num_layers = c.num_layers;
+  cfg.page_size = c.page_size;
+  cfg.num_kv_heads = c.spec.num_kv_heads;
+  cfg.head_dim_k = c.spec.head_dim_qk;
+  cfg.head_dim_v = c.spec.head_dim_vo;
+  cfg.dtype = c.kv_dtype;
+  cfg.k_scale = c.k_scale;
+  cfg.v_scale = c.v_scale;
+  cfg.mla = c.spec.is_mla();
+  cfg.device = device;
+  int64_t pages = 3;  // a few spare pages, so page tables are not simply 0..n-1
+  for (const auto& [p, n] : c.requests) pages += (p + n + c.page_size - 1) / c.page_size;
+  cfg.num_pages = static_cast<int>(pages);
+  return cfg;
+}
+
+// Writes random prefix K/V of every request into every layer of `cache`, the same values whatever
+// the device (drawn from `seed`), through the cache's own store.
+void fill_prefix(KvCache& cache, const ForwardBatch& batch, const AttentionSpec& spec, uint64_t seed) {
+  const KvCacheConfig& cfg = cache.config();
+  std::vector<int64_t> slots;
+  for (int i = 0; i < batch.batch_size(); ++i) {
+    for (int64_t t = 0; t < batch.prefix_lens[i]; ++t) slots.push_back(batch.slot(i, t));
+  }
+  if (slots.empty()) return;
+  const auto n = static_cast<int64_t>(slots.size());
+  for (int layer = 0; layer < cfg.num_layers; ++layer) {
+    Staged loc(cfg.device, DType::i64, {n});
+    std::copy(slots.begin(), slots.end(), static_cast<int64_t*>(loc.host_data()));
+    Staged k(cfg.device, DType::f32, {n, cfg.num_kv_heads, cfg.head_dim_k});
+    fill_uniform(k.host(), seed * 7919 + static_cast<uint64_t>(layer) * 2 + 0, -1.0f, 1.0f);
+    loc.upload();
+    k.upload();
+    if (spec.is_mla()) {
+      cache.store(layer, k.dev(), TensorView(), loc.dev());
+    } else {
+      Staged v(cfg.device, DType::f32, {n, cfg.num_kv_heads, cfg.head_dim_v});
+      fill_uniform(v.host(), seed * 7919 + static_cast<uint64_t>(layer) * 2 + 1, -1.0f, 1.0f);
+      v.upload();
+      cache.store(layer, k.dev(), v.dev(), loc.dev());
+    }
+  }
+  synchronize(cfg.device);
+}
+
+Staged widen(const Staged& src) {
+  const TensorView h = src.host();
+  Staged out(Device::cpu, DType::f32, {h.dim(0), h.dim(1), h.dim(2)});
+  for (int64_t e = 0; e < h.numel(); ++e) static_cast<float*>(out.host_data())[e] = load_as_float(h.data, h.dtype, e);
+  return out;
+}
+
+}  // namespace
+
+CheckResult run_check(const std::string& backend, const CheckCase& c) {
+  CheckResult result;
+  const BackendInfo& info = Registry::global().get(backend);
+  if (info.why_unavailable) result.skipped = info.why_unavailable();
+  if (!result.skipped.empty()) return result;
+  c.spec.validate();
+  const Capabilities caps = info.capabilities();
+  const KvCacheConfig dev_cfg = cache_config(c, caps.device);
+  result.skipped = why_unsupported(caps, c.spec, dev_cfg, nullptr, c.q_dtype);
+  if (!result.skipped.empty()) return result;
+
+  ModelSpec model;
+  model.name = "check";
+  model.layers.assign(static_cast<size_t>(c.num_layers), c.spec);
+  KvCache dev_cache(dev_cfg);
+  KvCache ref_cache(cache_config(c, Device::cpu));
+  if (c.shuffle_pages) dev_cache.allocator().shuffle(c.seed);  // the reference keeps pages in order
+
+  std::mt19937_64 rng(c.seed);
+  std::vector<RequestStep> steps;
+  for (const auto& [prefix, n] : c.requests) {
+    RequestStep s;
+    s.prefix_len = prefix;
+    s.num_new_tokens = n;
+    if (c.custom_mask && n > 0) s.custom_mask = tree_mask(prefix, n, rng);
+    steps.push_back(std::move(s));
+  }
+  const ForwardBatch dev_batch = build_batch(dev_cache, steps);
+  const ForwardBatch ref_batch = build_batch(ref_cache, steps);
+  result.skipped = why_unsupported(caps, c.spec, dev_cfg, &dev_batch, c.q_dtype);
+  if (!result.skipped.empty()) return result;
+  fill_prefix(dev_cache, dev_batch, c.spec, c.seed);
+  fill_prefix(ref_cache, ref_batch, c.spec, c.seed);
+
+  auto dut = create_backend(backend, {&model, &dev_cache});
+  auto ref = create_backend("reference", {&model, &ref_cache});
+  dut->init_forward_metadata(dev_batch);
+  ref->init_forward_metadata(ref_batch);
+
+  const int64_t n = dev_batch.num_tokens();
+  const AttentionSpec& s = c.spec;
+  result.tolerance = c.tolerance > 0 ? c.tolerance : default_tolerance(c.q_dtype, c.kv_dtype);
+  double worst_ratio = -1.0;
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const uint64_t seed = c.seed * 1000003 + static_cast<uint64_t>(layer) * 4;
+    Staged q(caps.device, c.q_dtype, {n, s.num_qo_heads, s.head_dim_qk});
+    Staged k(caps.device, c.q_dtype, {n, s.num_kv_heads, s.head_dim_qk});
+    Staged v(caps.device, c.q_dtype, {n, s.num_kv_heads, s.head_dim_vo});
+    Staged out(caps.device, c.q_dtype, {n, s.num_qo_heads, s.head_dim_vo});
+    Staged ref_out(Device::cpu, DType::f32, {n, s.num_qo_heads, s.head_dim_vo});
+    fill_uniform(q.host(), seed + 0, -2.0f, 2.0f);
+    fill_uniform(k.host(), seed + 1, -1.0f, 1.0f);
+    fill_uniform(v.host(), seed + 2, -1.0f, 1.0f);
+    q.upload();
+    k.upload();
+    v.upload();
+    out.poison();
+    ref_out.poison();
+    const TensorView no_v;
+    dut->forward(layer, q.dev(), k.dev(), s.is_mla() ? no_v : v.dev(), out.dev());
+    dut->synchronize();
+    out.download();
+    // The reference reads exact f32 copies of the rounded inputs and writes f32: no rounding of its own.
+    const Staged q32 = widen(q), k32 = widen(k), v32 = widen(v);
+    ref->forward(layer, q32.host(), k32.host(), s.is_mla() ? no_v : v32.host(), ref_out.host());
+
+    // Every element, as written: a NaN (the poison) or an error over the bound fails.
+    double max_ref = 0.0;
+    for (int64_t e = 0; e < ref_out.numel(); ++e) {
+      max_ref = std::max(max_ref, std::fabs(double{load_as_float(ref_out.host().data, DType::f32, e)}));
+    }
+    const double denom = max_ref > 0.0 ? max_ref : 1.0;
+    double layer_max_abs = 0.0;
+    for (int64_t e = 0; e < out.numel(); ++e) {
+      const double got = load_as_float(out.host().data, c.q_dtype, e);
+      const double want = load_as_float(ref_out.host().data, DType::f32, e);
+      const double err = std::isnan(got) ? std::numeric_limits<double>::infinity() : std::fabs(got - want);
+      layer_max_abs = std::max(layer_max_abs, err);
+      if (err / denom > worst_ratio) {
+        worst_ratio = err / denom;
+        const int64_t dim = s.head_dim_vo, heads = s.num_qo_heads;
+        std::ostringstream os;
+        os << "worst element: layer " << layer << " token " << e / (dim * heads) << " head " << (e / dim) % heads
+           << " dim " << e % dim << " (flat " << e << "): got " << got << ", reference " << want;
+        result.message = os.str();
+      }
+    }
+    result.max_abs_err = std::max(result.max_abs_err, layer_max_abs);
+    result.rel_err = std::max(result.rel_err, layer_max_abs / denom);
+  }
+  result.passed = result.rel_err <= result.tolerance;
+  return result;
+}
+
+}  // namespace attnkit::harness

@@ -1,0 +1,123 @@
+// `attnkit bench`: time backends on one workload and print latency, tokens/s and FLOP/s or bytes/s,
+// optionally as a fraction of this machine's measured ceilings.
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "attnkit/registry.h"
+#include "ceilings.h"
+#include "commands.h"
+#include "format.h"
+#include "harness/bench.h"
+
+namespace attnkit::tool {
+
+namespace {
+
+struct Options {
+  std::string backend = "all";
+  std::string preset = "llama3-8b";
+  std::string phase = "decode";
+  int batch = 0;          // 0: the phase's default
+  int64_t kv_len = 0;     // 0: the phase's default
+  int page_size = 16;
+  std::string dtype = "bf16";
+  std::string kv_dtype;   // empty: same as dtype
+  int warmup = 3;
+  int repeats = 20;
+  double max_seconds = 20.0;
+  std::string json;
+  bool ceilings = false;
+};
+
+harness::Phase parse_phase(const std::string& p) {
+  return p == "prefill" ? harness::Phase::prefill : p == "decode" ? harness::Phase::decode : harness::Phase::mixed;
+}
+
+nlohmann::json to_json(const harness::BenchResult& r) {
+  return {{"backend", r.backend},       {"workload", r.workload},         {"skipped", r.skipped},
+          {"repeats", r.repeats},       {"median_ms", r.median_ms},       {"min_ms", r.min_ms},
+          {"max_ms", r.max_ms},         {"flops", r.flops},               {"bytes", r.bytes},
+          {"tokens_per_s", r.tokens_per_s}, {"flop_per_s", r.flop_per_s}, {"bytes_per_s", r.bytes_per_s},
+          {"workspace_bytes", r.workspace_bytes}, {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}};
+}
+
+}  // namespace
+
+std::function<int()> add_bench(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("bench", "Time backends on a workload");
+  auto o = std::make_shared<Options>();
+  std::vector<std::string> backends = Registry::global().names();
+  backends.push_back("all");
+  cmd->add_option("--backend", o->backend, "Backend name, or all")->check(CLI::IsMember(backends));
+  cmd->add_option("--preset", o->preset, "Model preset (its first layer is timed)")->check(CLI::IsMember(preset_names()));
+  cmd->add_option("--phase", o->phase, "prefill, decode or mixed")->check(CLI::IsMember({"prefill", "decode", "mixed"}));
+  cmd->add_option("--batch", o->batch, "Requests in the batch (default: decode 8, prefill 1, mixed 8)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--kv-len", o->kv_len, "Tokens per request after this step (default: decode 4096, prefill 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--page-size", o->page_size, "KV page size")->check(CLI::Range(1, 256));
+  cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
+  cmd->add_option("--warmup", o->warmup, "Untimed calls first")->check(CLI::Range(0, 1000));
+  cmd->add_option("--repeats", o->repeats, "Timed calls (the median is reported)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--max-seconds", o->max_seconds, "Stop repeating a slow backend after this long")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
+  cmd->add_flag("--ceilings", o->ceilings, "Measure this machine's read bandwidth and matrix/FMA rate, and report fractions");
+  return [o] {
+    const harness::Phase phase = parse_phase(o->phase);
+    const int batch = o->batch ? o->batch : (phase == harness::Phase::prefill ? 1 : 8);
+    const int64_t kv_len = o->kv_len ? o->kv_len : (phase == harness::Phase::prefill ? 512 : 4096);
+    harness::Workload w = harness::make_workload(make_preset(o->preset), phase, batch, kv_len, o->page_size,
+                                                 parse_dtype(o->dtype));
+    if (!o->kv_dtype.empty()) w.kv_dtype = parse_dtype(o->kv_dtype);
+    w.label = o->preset + " " + w.label;
+    harness::BenchOptions opt;
+    opt.warmup = o->warmup;
+    opt.repeats = o->repeats;
+    opt.max_seconds = o->max_seconds;
+
+    std::vector<std::string> names;
+    if (o->backend == "all") names = Registry::global().names();
+    else names.push_back(o->backend);
+    const Ceilings ceilings = o->ceilings ? measure_ceilings() : Ceilings{};
+    if (o->ceilings) print_ceilings(ceilings);
+
+    const bool memory_bound = phase == harness::Phase::decode;
+    std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "calls", "tokens/s",
+                                                   memory_bound ? "bytes/s" : "FLOP/s", "of ceiling", "plan us",
+                                                   "workspace", "peak RSS"}};
+    nlohmann::json results = nlohmann::json::array();
+    for (const std::string& name : names) {
+      const harness::BenchResult r = harness::run_bench(name, w, opt);
+      nlohmann::json j = to_json(r);
+      if (!r.skipped.empty()) {
+        rows.push_back({name, w.label, "skip: " + r.skipped});
+        results.push_back(j);
+        continue;
+      }
+      const Device device = Registry::global().get(name).device;
+      const double rate = memory_bound ? r.bytes_per_s : r.flop_per_s;
+      const double ceiling = ceiling_for(ceilings, device, memory_bound);
+      const std::string frac = ceiling > 0 ? fixed(100.0 * rate / ceiling, 1) + "%" : "-";
+      if (ceiling > 0) j["fraction_of_ceiling"] = rate / ceiling;
+      rows.push_back({name, w.label, fixed(r.median_ms, 3), std::to_string(r.repeats), si(r.tokens_per_s),
+                      si(rate) + (memory_bound ? "B/s" : "FLOP/s"), frac, fixed(r.plan_us, 1),
+                      si(r.workspace_bytes) + "B", si(r.peak_rss_bytes) + "B"});
+      results.push_back(j);
+    }
+    print_table(rows);
+    if (!o->json.empty()) {
+      std::ofstream f(o->json);
+      if (!f) throw Error("bench: --json file '" + o->json + "' cannot be written");
+      f << nlohmann::json{{"phase", o->phase}, {"ceilings", ceilings_json(ceilings)}, {"results", results}}.dump(2)
+        << '\n';
+    }
+    return 0;
+  };
+}
+
+}  // namespace attnkit::tool

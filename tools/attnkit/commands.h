@@ -1,0 +1,15 @@
+// The subcommands of the `attnkit` tool: each adds itself to the parser and returns an exit status.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace attnkit::tool {
+
+// Each returns the function that runs the subcommand once parsing succeeded (exit status).
+std::function<int()> add_list(CLI::App& app);
+std::function<int()> add_check(CLI::App& app);
+std::function<int()> add_bench(CLI::App& app);
+
+}  // namespace attnkit::tool
