@@ -1,0 +1,122 @@
+// Every registered backend against `reference` over one table of cases (harness/cases.cc), plus
+// random cases on each preset's heads, plus an unsupported shape that must be refused clearly.
+#include <gtest/gtest.h>
+
+#include "attnkit/registry.h"
+#include "harness/check.h"
+
+namespace attnkit {
+namespace {
+
+std::vector<std::string> backends_under_test() {
+  std::vector<std::string> names;
+  for (const auto& b : Registry::global().all()) {
+    if (b.name != "reference") names.push_back(b.name);
+  }
+  if (names.empty()) names.push_back("reference");  // keeps the suite meaningful in a minimal build
+  return names;
+}
+
+void expect_passes(const std::string& backend, const harness::CheckCase& c) {
+  const harness::CheckResult r = harness::run_check(backend, c);
+  if (!r.skipped.empty()) {
+    GTEST_SKIP() << backend << " skips " << harness::describe(c) << ": " << r.skipped;
+  }
+  EXPECT_TRUE(r.passed) << backend << " on " << harness::describe(c) << ": rel error " << r.rel_err << " > "
+                        << r.tolerance << "; " << r.message;
+}
+
+class Conformance : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(Conformance, StandardCase) {
+  const auto& [backend, index] = GetParam();
+  expect_passes(backend, harness::standard_cases()[static_cast<size_t>(index)]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllBackends, Conformance,
+    ::testing::Combine(::testing::ValuesIn(backends_under_test()),
+                       ::testing::Range(0, static_cast<int>(harness::standard_cases().size()))),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
+
+class RandomConformance : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(RandomConformance, PresetHeads) {
+  const auto& [backend, preset] = GetParam();
+  const BackendInfo& info = Registry::global().get(backend);
+  const std::string why = info.why_unavailable ? info.why_unavailable() : std::string();
+  if (!why.empty()) GTEST_SKIP() << backend << ": " << why;
+  for (const auto& c : harness::random_cases(make_preset(preset), info.capabilities(), 3, 42)) {
+    const harness::CheckResult r = harness::run_check(backend, c);
+    if (!r.skipped.empty()) continue;
+    EXPECT_TRUE(r.passed) << backend << " on " << harness::describe(c) << ": rel error " << r.rel_err << " > "
+                          << r.tolerance << "; " << r.message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, RandomConformance,
+                         ::testing::Combine(::testing::ValuesIn(backends_under_test()),
+                                            ::testing::Values("llama3-8b", "gemma2-9b", "gpt-oss-20b", "deepseek-v3")),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
+
+class Refusal : public ::testing::TestWithParam<std::string> {};
+
+// head_dim 96 with page size 1: a backend either computes it right or refuses it before any work,
+// with a message that starts with its name.
+TEST_P(Refusal, UnsupportedShapeIsRefusedClearly) {
+  const std::string& backend = GetParam();
+  harness::CheckCase c;
+  c.spec.num_qo_heads = 4;
+  c.spec.num_kv_heads = 2;
+  c.spec.head_dim_qk = c.spec.head_dim_vo = 96;
+  c.page_size = 1;
+  c.requests = {{10, 3}};
+  const BackendInfo& info = Registry::global().get(backend);
+  KvCacheConfig cfg;
+  cfg.num_pages = 16;
+  cfg.page_size = 1;
+  cfg.num_kv_heads = 2;
+  cfg.head_dim_k = cfg.head_dim_v = 96;
+  cfg.device = info.device;
+  const std::string why = why_unsupported(info.capabilities(), c.spec, cfg);
+  if (why.empty()) {
+    expect_passes(backend, c);
+    return;
+  }
+  if (info.why_unavailable && !info.why_unavailable().empty()) GTEST_SKIP() << info.why_unavailable();
+  ModelSpec model;
+  model.name = "refusal";
+  model.layers = {c.spec};
+  KvCache cache(cfg);
+  const ForwardBatch b = build_batch(cache, {{.id = -1, .prefix_len = 10, .num_new_tokens = 3, .custom_mask = {}}});
+  auto dut = create_backend(backend, {&model, &cache});
+  try {
+    dut->init_forward_metadata(b);
+    FAIL() << backend << " accepted a shape it says it does not support: " << why;
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), backend + ": " + why + " (layer 0)");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, Refusal, ::testing::ValuesIn(backends_under_test()), [](const auto& info) {
+  std::string name = info.param;
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+});
+
+}  // namespace
+}  // namespace attnkit
