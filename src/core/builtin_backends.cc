@@ -5,9 +5,11 @@
 namespace attnkit {
 
 void register_reference_backend(Registry& registry);
+void register_cpu_backend(Registry& registry);
 
 void register_builtin_backends(Registry& registry) {
   register_reference_backend(registry);
+  register_cpu_backend(registry);
 }
 
 }  // namespace attnkit

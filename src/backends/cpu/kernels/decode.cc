@@ -1,0 +1,239 @@
+// The heads kernel (decode): one token's query heads against a range of its keys. Each key slot is
+// read once for every head of its group, converted to f32 in registers (never copied), and the
+// scores of a tile of keys go through an online softmax per head; split-KV ranges are merged elsewhere.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/kernels/decode.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cmath>
+
+#include "attnkit/error.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/params.h"
+#include "backends/cpu/kernels/tile_ops-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit::cpu::HWY_NAMESPACE {
+namespace {
+
+// Keys a tile holds: the scores of a group's heads ([group, 32] floats) stay in L1, and a tile is
+// two AVX-512 vectors of scores per head for the softmax.
+constexpr int kKeyTile = 32;
+constexpr int kHeadBlock = 4;  // heads of a group sharing each loaded key: 4 keys x 4 heads accumulators
+constexpr int kKeyBlock = 4;
+
+int score_stride() { return std::max(kKeyTile, static_cast<int>(hn::Lanes(DF()))); }
+
+struct HeadsTiles {
+  float* q = nullptr;      // [num_qo_heads, head_dim_qk] pre-scaled
+  float* o = nullptr;      // [num_qo_heads, head_dim_vo]
+  float* m = nullptr;      // [num_qo_heads]
+  float* l = nullptr;      // [num_qo_heads]
+  float* s = nullptr;      // [group_size, score_stride()] scores, then probabilities
+  float* alpha = nullptr;  // [group_size] this tile's rescale of o
+};
+
+HeadsTiles carve(const AttendParams& p, float* scratch) {
+  HeadsTiles t;
+  float* f = scratch;
+  auto take = [&f](int64_t n) { float* r = f; f += (n + 15) / 16 * 16; return r; };
+  t.q = take(int64_t{p.num_qo_heads} * p.head_dim_qk);
+  t.o = take(int64_t{p.num_qo_heads} * p.head_dim_vo);
+  t.m = take(p.num_qo_heads);
+  t.l = take(p.num_qo_heads);
+  t.s = take(int64_t{p.group_size} * score_stride());
+  t.alpha = take(p.group_size);
+  return t;
+}
+
+// s[h][key_idx + k] = q_h . K_k for kTok keys and kHeads heads.
+template <int kTok, int kHeads, typename KvT>
+HWY_INLINE void qk_dot(const float* HWY_RESTRICT q, int dk, const KvT* const* keys, float* s, int key_idx) {
+  const DF d;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  VF acc[kTok][kHeads];
+  for (int k = 0; k < kTok; ++k)
+    for (int h = 0; h < kHeads; ++h) acc[k][h] = hn::Zero(d);
+  for (int e = 0; e < dk; e += lanes) {
+    VF kv[kTok];
+    for (int k = 0; k < kTok; ++k) kv[k] = load_f32(d, keys[k] + e);
+    for (int h = 0; h < kHeads; ++h) {
+      const VF qv = hn::LoadU(d, q + int64_t{h} * dk + e);
+      for (int k = 0; k < kTok; ++k) acc[k][h] = hn::MulAdd(qv, kv[k], acc[k][h]);
+    }
+  }
+  const int stride = score_stride();
+  for (int k = 0; k < kTok; ++k)
+    for (int h = 0; h < kHeads; ++h) s[h * stride + key_idx + k] = hn::GetLane(hn::SumOfLanes(d, acc[k][h]));
+}
+
+template <int kHeads, typename KvT>
+HWY_INLINE void qk_heads(const float* q, int dk, const KvT* const* keys, int nt, float* s) {
+  int k = 0;
+  for (; k + kKeyBlock <= nt; k += kKeyBlock) qk_dot<kKeyBlock, kHeads>(q, dk, keys + k, s, k);
+  for (; k < nt; ++k) qk_dot<1, kHeads>(q, dk, keys + k, s, k);
+}
+
+// o_h = o_h * alpha_h + sum_k P[h][k] V_k over kVecs column vectors from c0.
+template <int kHeads, int kVecs, typename KvT>
+HWY_INLINE void pv_dot(float* HWY_RESTRICT o, int dv, const float* alpha, const float* pr, const KvT* const* vals,
+                       int nt, int c0) {
+  const DF d;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  const int stride = score_stride();
+  VF acc[kHeads][kVecs];
+  for (int h = 0; h < kHeads; ++h) {
+    const VF a = hn::Set(d, alpha[h]);
+    for (int c = 0; c < kVecs; ++c) acc[h][c] = hn::Mul(hn::LoadU(d, o + int64_t{h} * dv + c0 + c * lanes), a);
+  }
+  for (int k = 0; k < nt; ++k) {
+    VF vv[kVecs];
+    for (int c = 0; c < kVecs; ++c) vv[c] = load_f32(d, vals[k] + c0 + c * lanes);
+    for (int h = 0; h < kHeads; ++h) {
+      const VF ph = hn::Set(d, pr[h * stride + k]);
+      for (int c = 0; c < kVecs; ++c) acc[h][c] = hn::MulAdd(ph, vv[c], acc[h][c]);
+    }
+  }
+  for (int h = 0; h < kHeads; ++h)
+    for (int c = 0; c < kVecs; ++c) hn::StoreU(acc[h][c], d, o + int64_t{h} * dv + c0 + c * lanes);
+}
+
+template <int kHeads, typename KvT>
+HWY_INLINE void pv_heads(float* o, int dv, const float* alpha, const float* pr, const KvT* const* vals, int nt) {
+  const int lanes = static_cast<int>(hn::Lanes(DF()));
+  int c = 0;
+  for (; c + 4 * lanes <= dv; c += 4 * lanes) pv_dot<kHeads, 4>(o, dv, alpha, pr, vals, nt, c);
+  for (; c < dv; c += lanes) pv_dot<kHeads, 1>(o, dv, alpha, pr, vals, nt, c);
+}
+
+// Online softmax of one head over a tile: s becomes exp(s - m_new); returns alpha = exp(m - m_new).
+HWY_INLINE float softmax_head(float* HWY_RESTRICT s, int n_pad, float* m, float* l) {
+  const DF d;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  VF vmax = hn::Set(d, kNegInf);
+  for (int k = 0; k < n_pad; k += lanes) vmax = hn::Max(vmax, hn::LoadU(d, s + k));
+  const float m_new = std::max(*m, hn::GetLane(hn::MaxOfLanes(d, vmax)));
+  const float m_use = m_new == kNegInf ? 0.0f : m_new;  // see safe_max
+  const VF vm = hn::Set(d, m_use);
+  VF sum = hn::Zero(d);
+  for (int k = 0; k < n_pad; k += lanes) {
+    const VF pk = hn::Exp(d, hn::Sub(hn::LoadU(d, s + k), vm));
+    hn::StoreU(pk, d, s + k);
+    sum = hn::Add(sum, pk);
+  }
+  const float alpha = *m == kNegInf ? 0.0f : std::exp(*m - m_use);
+  *m = m_new;
+  *l = *l * alpha + hn::GetLane(hn::SumOfLanes(d, sum));
+  return alpha;
+}
+
+template <typename KvT>
+UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratch) {
+  const DF d;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  const int dk = p.head_dim_qk;
+  const int dv = p.head_dim_vo;
+  const int group = p.group_size;
+  const int stride = score_stride();
+  ATTNKIT_CHECK(dk % lanes == 0 && dv % lanes == 0, "cpu: the heads kernel needs head dims that are multiples of ",
+                lanes, ", got ", dk, "/", dv);
+  const HeadsTiles t = carve(p, scratch);
+  const int64_t token = p.qo_indptr[u.request_idx];
+  for (int h = 0; h < p.num_qo_heads; ++h) {
+    const int64_t base = (token * p.num_qo_heads + h) * int64_t{dk};
+    float* qh = t.q + int64_t{h} * dk;
+    switch (p.q_dtype) {
+      case DType::f32: convert_row(static_cast<const float*>(p.q) + base, dk, p.q_scale, qh, dk); break;
+      case DType::bf16: convert_row(static_cast<const hwy::bfloat16_t*>(p.q) + base, dk, p.q_scale, qh, dk); break;
+      case DType::f16: convert_row(static_cast<const hwy::float16_t*>(p.q) + base, dk, p.q_scale, qh, dk); break;
+      default: throw Error("cpu: q dtype must be f32, f16 or bf16, got " + std::string(dtype_name(p.q_dtype)));
+    }
+    t.m[h] = kNegInf;
+    t.l[h] = 0.0f;
+  }
+  for (int64_t i = 0; i < int64_t{p.num_qo_heads} * dv; ++i) t.o[i] = 0.0f;
+
+  const KvT* k_pool = static_cast<const KvT*>(p.k_pool);
+  const KvT* v_pool = static_cast<const KvT*>(p.v_pool);
+  int64_t slots[kKeyTile];
+  const KvT* keys[kKeyTile];
+  const KvT* vals[kKeyTile];
+  float* alpha = t.alpha;
+  const int n_pad = (kKeyTile + lanes - 1) / lanes * lanes;
+  for (int key0 = u.kv_begin; key0 < u.kv_end; key0 += kKeyTile) {
+    const int nt = std::min(kKeyTile, u.kv_end - key0);
+    for (int k = 0; k < nt; ++k) slots[k] = p.slot(u.request_idx, key0 + k);
+    for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
+      for (int k = 0; k < nt; ++k) {
+        keys[k] = k_pool + slots[k] * p.k_slot_stride + int64_t{kv_head} * dk;
+        vals[k] = v_pool + slots[k] * p.v_slot_stride + kv_head * p.v_head_stride;
+      }
+      const int head0 = kv_head * group;
+      // S = q K^T, the group's heads sharing each converted key.
+      for (int h = 0; h < group; h += kHeadBlock) {
+        const float* q = t.q + int64_t{head0 + h} * dk;
+        float* s = t.s + h * stride;
+        switch (std::min(kHeadBlock, group - h)) {
+          case 4: qk_heads<4>(q, dk, keys, nt, s); break;
+          case 3: qk_heads<3>(q, dk, keys, nt, s); break;
+          case 2: qk_heads<2>(q, dk, keys, nt, s); break;
+          default: qk_heads<1>(q, dk, keys, nt, s); break;
+        }
+      }
+      for (int h = 0; h < group; ++h) {
+        float* s = t.s + h * stride;
+        if (p.soft_cap > 0.0f) soft_cap_inplace(s, n_pad, p.soft_cap);
+        for (int k = nt; k < n_pad; ++k) s[k] = kNegInf;  // past the range: exp gives 0
+        alpha[h] = softmax_head(s, n_pad, t.m + head0 + h, t.l + head0 + h);
+      }
+      // O = O alpha + P V.
+      for (int h = 0; h < group; h += kHeadBlock) {
+        float* o = t.o + int64_t{head0 + h} * dv;
+        const float* pr = t.s + h * stride;
+        switch (std::min(kHeadBlock, group - h)) {
+          case 4: pv_heads<4>(o, dv, alpha + h, pr, vals, nt); break;
+          case 3: pv_heads<3>(o, dv, alpha + h, pr, vals, nt); break;
+          case 2: pv_heads<2>(o, dv, alpha + h, pr, vals, nt); break;
+          default: pv_heads<1>(o, dv, alpha + h, pr, vals, nt); break;
+        }
+      }
+    }
+  }
+  return UnitState{t.o, t.m, t.l, dv};
+}
+
+}  // namespace
+
+size_t heads_scratch_floats(const AttendParams& p) {
+  const int64_t floats = int64_t{p.num_qo_heads} * (p.head_dim_qk + p.head_dim_vo + 2) +
+                         int64_t{p.group_size} * (score_stride() + 1);
+  return static_cast<size_t>(floats + 6 * 16);  // each piece rounded up to 16 floats
+}
+
+UnitState attend_heads(const AttendParams& p, const UnitWork& u, float* scratch) {
+  switch (p.kv_dtype) {
+    case DType::f32: return attend_heads_t<float>(p, u, scratch);
+    case DType::bf16: return attend_heads_t<hwy::bfloat16_t>(p, u, scratch);
+    case DType::f16: return attend_heads_t<hwy::float16_t>(p, u, scratch);
+    case DType::e4m3: return attend_heads_t<E4m3>(p, u, scratch);
+    default: throw Error("cpu: cache dtype must be f32, f16, bf16 or e4m3, got " + std::string(dtype_name(p.kv_dtype)));
+  }
+}
+
+}  // namespace attnkit::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnkit::cpu {
+
+HWY_EXPORT(heads_scratch_floats);
+HWY_EXPORT(attend_heads);
+
+size_t heads_scratch_floats(const AttendParams& p) { return HWY_DYNAMIC_DISPATCH(heads_scratch_floats)(p); }
+UnitState attend_heads(const AttendParams& p, const UnitWork& u, float* scratch) {
+  return HWY_DYNAMIC_DISPATCH(attend_heads)(p, u, scratch);
+}
+
+}  // namespace attnkit::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,22 @@
+// A unit's rows in their final form: written to the output (normalised, sinks added, rounded to
+// the output dtype), or kept as a split-KV partial (o, lse) and later merged with merge_states.
+#pragma once
+
+#include "backends/cpu/kernels/params.h"
+
+namespace attnkit::cpu {
+
+// out[token, head] = o / (l + exp(sink - m)) * v_scale; a row that saw no key gets zeros.
+void write_rows(const AttendParams& p, const UnitWork& u, const UnitState& s);
+
+// part_o [num_rows, head_dim_vo] = o / l * v_scale and part_lse [num_rows] = m + log(l)
+// (natural log, sinks left out: they join once, after the merge); a row that saw no key gets
+// o = 0, lse = -inf, which the merge ignores.
+void write_partial(const AttendParams& p, const UnitWork& u, const UnitState& s, float* part_o, float* part_lse);
+
+// Merges `num_parts` consecutive partials of the rows of `u` (part k at rows k * num_rows) with
+// merge_states, adds the sinks and writes the output. `scratch` holds num_rows * (head_dim_vo + 1) floats.
+void merge_partials(const AttendParams& p, const UnitWork& u, int num_parts, const float* part_o,
+                    const float* part_lse, float* scratch);
+
+}  // namespace attnkit::cpu

@@ -1,0 +1,101 @@
+// Per-target SIMD building blocks shared by the rows and heads kernels (Highway, compiled once per
+// target): loading any KV dtype as f32 in registers, converting rows, soft-cap, and row output.
+// Include guard in Highway's per-target form: this file is re-read for every target.
+#if defined(ATTNKIT_CPU_TILE_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_CPU_TILE_OPS_INL_H_
+#undef ATTNKIT_CPU_TILE_OPS_INL_H_
+#else
+#define ATTNKIT_CPU_TILE_OPS_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attnkit/dtype.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// e4m3 magnitude bits placed at an f32's exponent/mantissa position read 2^120 too small (exponent
+// bias 127 against 7): one exact multiply restores the value, e4m3 subnormals included.
+constexpr float kE4m3Rescale = 0x1p120f;
+
+// The cache's e4m3 bytes, a distinct type so overloads pick the right conversion.
+struct E4m3 {
+  uint8_t bits;
+};
+
+// ---- One vector of f32 from Lanes(d) stored elements (any position; no alignment needed).
+HWY_INLINE VF load_f32(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
+
+HWY_INLINE VF load_f32(DF d, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), p));
+}
+
+HWY_INLINE VF load_f32(DF d, const hwy::float16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
+}
+
+HWY_INLINE VF load_f32(DF d, const E4m3* HWY_RESTRICT p) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto bits = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DF>(), reinterpret_cast<const uint8_t*>(p)));
+  const auto magnitude = hn::BitCast(d, hn::ShiftLeft<20>(hn::And(bits, hn::Set(du, 0x7Fu))));
+  const auto sign = hn::BitCast(d, hn::ShiftLeft<24>(hn::And(bits, hn::Set(du, 0x80u))));
+  return hn::Or(hn::Mul(magnitude, hn::Set(d, kE4m3Rescale)), sign);
+}
+
+// ---- The same conversions for one element (row tails).
+HWY_INLINE float scalar_f32(float x) { return x; }
+HWY_INLINE float scalar_f32(hwy::bfloat16_t x) { return bf16_bits_to_float(x.bits); }
+HWY_INLINE float scalar_f32(hwy::float16_t x) {
+  uint16_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return f16_bits_to_float(bits);
+}
+// The e4m3 value itself, as load_f32 gives it (its NaN excepted, which stores never write); the
+// cache's k_scale / v_scale are applied elsewhere.
+HWY_INLINE float scalar_f32(E4m3 x) {
+  const float v = e4m3_bits_to_float(static_cast<uint8_t>(x.bits & 0x7F));
+  return (x.bits & 0x80) ? -v : v;
+}
+
+// dst[0, n) = src[0, n) as f32, times `scale`; dst[n, n_pad) = 0.
+template <typename T>
+HWY_INLINE void convert_row(const T* HWY_RESTRICT src, int n, float scale, float* HWY_RESTRICT dst, int n_pad) {
+  const DF d;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  const VF vscale = hn::Set(d, scale);
+  int e = 0;
+  for (; e + lanes <= n; e += lanes) hn::StoreU(hn::Mul(load_f32(d, src + e), vscale), d, dst + e);
+  for (; e < n; ++e) dst[e] = scalar_f32(src[e]) * scale;
+  for (; e < n_pad; ++e) dst[e] = 0.0f;
+}
+
+// x = cap * tanh(x / cap) over n floats (n a multiple of the lanes).
+HWY_INLINE void soft_cap_inplace(float* HWY_RESTRICT x, int64_t n, float cap) {
+  const DF d;
+  const VF vcap = hn::Set(d, cap);
+  const VF inv_cap = hn::Set(d, 1.0f / cap);
+  for (int64_t i = 0; i < n; i += static_cast<int64_t>(hn::Lanes(d))) {
+    hn::StoreU(hn::Mul(vcap, hn::Tanh(d, hn::Mul(hn::LoadU(d, x + i), inv_cap))), d, x + i);
+  }
+}
+
+// The largest m that exp(x - m) may use: -inf (nothing seen yet) becomes 0, so exp(-inf - 0) = 0
+// instead of exp(-inf + inf) = NaN.
+HWY_INLINE VF safe_max(DF d, VF m) {
+  return hn::IfThenElse(hn::Eq(m, hn::Set(d, kNegInf)), hn::Zero(d), m);
+}
+
+}  // namespace attnkit::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNKIT_CPU_TILE_OPS_INL_H_
