@@ -1,0 +1,220 @@
+// The `cpu` backend against `reference` where its own machinery shows: split-KV chunks and their
+// merge (with sinks, windows, soft-cap, e4m3, MLA), several row blocks and tiles, fully masked rows,
+// and bit-identical results whatever the number of threads.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "attnkit/registry.h"
+#include "backends/cpu/backend.h"
+#include "backends/reference/backend.h"
+#include "harness/check.h"
+#include "harness/device_copy.h"
+
+namespace attnkit {
+namespace {
+
+AttentionSpec heads(int q, int kv, int dim) {
+  AttentionSpec s;
+  s.num_qo_heads = q;
+  s.num_kv_heads = kv;
+  s.head_dim_qk = dim;
+  s.head_dim_vo = dim;
+  return s;
+}
+
+harness::CheckCase make(std::string label, AttentionSpec spec, DType dtype,
+                        std::vector<std::pair<int64_t, int64_t>> requests) {
+  harness::CheckCase c;
+  c.label = std::move(label);
+  c.spec = std::move(spec);
+  c.q_dtype = dtype;
+  c.kv_dtype = dtype;
+  c.requests = std::move(requests);
+  c.num_layers = 1;
+  return c;
+}
+
+// Cases sized so the plan splits KV (one long decode: chunks of 256), spans several 64-row
+// blocks and 64-key tiles, and masks tiles partially.
+std::vector<harness::CheckCase> cpu_cases() {
+  std::vector<harness::CheckCase> cases;
+  const AttentionSpec gqa = heads(8, 2, 128);
+  cases.push_back(make("split decode f32", gqa, DType::f32, {{2999, 1}}));
+  cases.push_back(make("split decode bf16, two requests", gqa, DType::bf16, {{1500, 1}, {700, 1}}));
+  {
+    auto c = make("split decode, sinks", gqa, DType::f32, {{1200, 1}});
+    c.spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f, 1.5f, 0.25f, -0.5f};
+    cases.push_back(c);
+  }
+  {
+    auto c = make("split decode, window 700, soft-cap", gqa, DType::f32, {{1500, 1}});
+    c.spec.window_left = 700;
+    c.spec.logits_soft_cap = 20.0f;
+    cases.push_back(c);
+  }
+  {
+    auto c = make("split decode e4m3", gqa, DType::bf16, {{1300, 1}});
+    c.kv_dtype = DType::e4m3;
+    c.k_scale = 0.25f;
+    c.v_scale = 0.5f;
+    c.tolerance = 2e-2;
+    cases.push_back(c);
+  }
+  {
+    AttentionSpec mla = heads(16, 1, 576);
+    mla.kv_lora_rank = 512;
+    mla.qk_rope_head_dim = 64;
+    mla.head_dim_vo = 512;
+    mla.sm_scale = 0.07f;
+    cases.push_back(make("MLA split decode", mla, DType::f32, {{900, 1}}));
+    cases.push_back(make("MLA extend", mla, DType::bf16, {{100, 9}}));
+  }
+  cases.push_back(make("extend, many row blocks f32", heads(4, 1, 64), DType::f32, {{0, 200}, {150, 90}}));
+  {
+    auto c = make("extend, window across tiles", gqa, DType::f32, {{130, 150}});
+    c.spec.window_left = 77;
+    cases.push_back(c);
+  }
+  {
+    auto c = make("extend, sinks and soft-cap", gqa, DType::f16, {{64, 70}});
+    c.spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f, 1.5f, 0.25f, -0.5f};
+    c.spec.logits_soft_cap = 10.0f;
+    cases.push_back(c);
+  }
+  {
+    auto c = make("extend, non-causal window", heads(4, 4, 80), DType::f32, {{90, 40}});
+    c.spec.causal = false;
+    c.spec.window_left = 20;
+    cases.push_back(c);
+  }
+  {
+    auto c = make("chunked prefill: few new tokens on a long prefix (split)", gqa, DType::f32, {{2500, 5}});
+    cases.push_back(c);
+  }
+  {
+    auto c = make("custom mask across tiles", gqa, DType::bf16, {{150, 20}, {0, 70}});
+    c.custom_mask = true;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+TEST(CpuBackend, MatchesReferenceOnSplitAndTiledCases) {
+  for (const harness::CheckCase& c : cpu_cases()) {
+    const harness::CheckResult r = harness::run_check("cpu", c);
+    ASSERT_TRUE(r.skipped.empty()) << c.label << ": " << r.skipped;
+    EXPECT_TRUE(r.passed) << c.label << ": rel error " << r.rel_err << " > " << r.tolerance << "; " << r.message;
+  }
+}
+
+TEST(CpuBackend, CapabilitiesAreHonest) {
+  const Capabilities c = cpu_capabilities();
+  EXPECT_EQ(c.device, Device::cpu);
+  EXPECT_TRUE(c.mla);
+  EXPECT_FALSE(c.cuda_graph);
+  EXPECT_EQ(c.kv_dtypes.size(), 4u);
+  EXPECT_EQ(Registry::global().get("cpu").name, "cpu");
+}
+
+// One batch on one cache, run by a CpuBackend on a pool of the given size.
+struct CpuRun {
+  ModelSpec model;
+  std::unique_ptr<KvCache> cache;
+  ForwardBatch batch;
+  std::unique_ptr<harness::Staged> q, k, v;
+
+  CpuRun(const AttentionSpec& spec, const std::vector<RequestStep>& steps, DType dtype) {
+    model.name = "test";
+    model.layers = {spec};
+    KvCacheConfig c;
+    c.num_pages = 600;
+    c.page_size = 16;
+    c.num_kv_heads = spec.num_kv_heads;
+    c.head_dim_k = spec.head_dim_qk;
+    c.head_dim_v = spec.head_dim_vo;
+    c.dtype = dtype;
+    cache = std::make_unique<KvCache>(c);
+    cache->allocator().shuffle(3);
+    batch = build_batch(*cache, steps);
+    std::vector<int64_t> slots;
+    for (int i = 0; i < batch.batch_size(); ++i) {
+      for (int64_t t = 0; t < batch.prefix_lens[i]; ++t) slots.push_back(batch.slot(i, t));
+    }
+    const auto n_prefix = static_cast<int64_t>(slots.size());
+    harness::Staged pk(Device::cpu, DType::f32, {n_prefix, spec.num_kv_heads, spec.head_dim_qk});
+    harness::Staged pv(Device::cpu, DType::f32, {n_prefix, spec.num_kv_heads, spec.head_dim_vo});
+    harness::fill_uniform(pk.host(), 11, -1, 1);
+    harness::fill_uniform(pv.host(), 12, -1, 1);
+    cache->store(0, pk.host(), pv.host(), TensorView(slots.data(), DType::i64, Device::cpu, {n_prefix}));
+    const int64_t n = batch.num_tokens();
+    q = std::make_unique<harness::Staged>(Device::cpu, dtype, std::vector<int64_t>{n, spec.num_qo_heads, spec.head_dim_qk});
+    k = std::make_unique<harness::Staged>(Device::cpu, dtype, std::vector<int64_t>{n, spec.num_kv_heads, spec.head_dim_qk});
+    v = std::make_unique<harness::Staged>(Device::cpu, dtype, std::vector<int64_t>{n, spec.num_kv_heads, spec.head_dim_vo});
+    harness::fill_uniform(q->host(), 21, -2, 2);
+    harness::fill_uniform(k->host(), 22, -1, 1);
+    harness::fill_uniform(v->host(), 23, -1, 1);
+  }
+
+  // Output bytes of `backend` (poisoned first, so every element must be written).
+  std::vector<uint8_t> forward(AttentionBackend& backend) {
+    const AttentionSpec& s = model.layer(0);
+    harness::Staged out(Device::cpu, q->host().dtype, {batch.num_tokens(), s.num_qo_heads, s.head_dim_vo});
+    out.poison();
+    backend.init_forward_metadata(batch);
+    backend.forward(0, q->host(), k->host(), v->host(), out.host());
+    const auto* bytes = static_cast<const uint8_t*>(out.host_data());
+    return std::vector<uint8_t>(bytes, bytes + out.host().nbytes());
+  }
+};
+
+TEST(CpuBackend, SameBitsWhateverTheThreadCount) {
+  const AttentionSpec gqa = heads(8, 2, 128);
+  struct Setup {
+    const char* label;
+    std::vector<RequestStep> steps;
+  };
+  const std::vector<Setup> setups = {
+      {"split decode", {{.prefix_len = 3000, .num_new_tokens = 1}, {.prefix_len = 40, .num_new_tokens = 1}}},
+      {"extend", {{.prefix_len = 100, .num_new_tokens = 150}, {.prefix_len = 2000, .num_new_tokens = 3}}},
+  };
+  for (const Setup& setup : setups) {
+    CpuRun run(gqa, setup.steps, DType::f32);
+    std::vector<std::vector<uint8_t>> outs;
+    for (int threads : {1, 2, 3, 7}) {
+      cpu::ThreadPool pool(threads);
+      CpuBackend backend(BackendContext{&run.model, run.cache.get()}, &pool);
+      outs.push_back(run.forward(backend));
+    }
+    for (size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_EQ(outs[i], outs[0]) << setup.label << ": thread counts give different bits";
+    }
+  }
+}
+
+TEST(CpuBackend, FullyMaskedRowsGiveZeros) {
+  AttentionSpec spec = heads(4, 2, 64);
+  spec.sinks = {1.0f, -1.0f, 0.5f, 2.0f};
+  const int64_t prefix = 10;
+  const int64_t n = 4;
+  std::vector<uint8_t> mask(static_cast<size_t>(n * (prefix + n)), 1);
+  for (int64_t t = 0; t < prefix + n; ++t) mask[static_cast<size_t>(2 * (prefix + n) + t)] = 0;  // row 2 sees nothing
+  CpuRun run(spec, {{.prefix_len = prefix, .num_new_tokens = n, .custom_mask = mask}}, DType::f32);
+  CpuBackend cpu_backend(BackendContext{&run.model, run.cache.get()});
+  const std::vector<uint8_t> got = run.forward(cpu_backend);
+  ReferenceBackend reference(BackendContext{&run.model, run.cache.get()});
+  const std::vector<uint8_t> want = run.forward(reference);
+  const auto* g = reinterpret_cast<const float*>(got.data());
+  const auto* w = reinterpret_cast<const float*>(want.data());
+  const int64_t row = int64_t{spec.num_qo_heads} * spec.head_dim_vo;
+  for (int64_t e = 0; e < n * row; ++e) {
+    if (e / row == 2) {
+      ASSERT_EQ(g[e], 0.0f) << "masked row element " << e;
+    } else {
+      ASSERT_NEAR(g[e], w[e], 1e-5) << "element " << e;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
