@@ -44,10 +44,15 @@ struct Selection {
 // and supports the spec, cache and batch. Rules (in order):
 //   cuda:  hopper (extend on sm_90) > mla (MLA decode) > planned > jit > cuda-naive
 //   cpu:   cpu > reference
+// With a batch, a measured tuning table (attnkit/tuning.h) is consulted first.
 Selection select_backend(const AttentionSpec& spec, const KvCacheConfig& cache,
                          const ForwardBatch* batch = nullptr);
+// The same, requiring support for every layer of the model.
+Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache,
+                         const ForwardBatch* batch = nullptr);
 
-// Creates a backend by name; "auto" selects for the model's first layer and the cache.
+// Creates a backend by name. "auto" is a backend that selects per batch (select_backend over the
+// whole model), creates each chosen backend once and hands it every call.
 std::unique_ptr<AttentionBackend> create_backend(const std::string& name, const BackendContext& context);
 
 // Extend (and mixed) batches go to `prefill`, decode batches to `decode`. Both must read the same

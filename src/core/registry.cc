@@ -3,9 +3,13 @@
 
 #include <algorithm>
 
+#include "attnkit/tuning.h"
 #include "core/builtin_backends.h"
 
 namespace attnkit {
+
+// src/core/auto_backend.cc
+std::unique_ptr<AttentionBackend> create_auto_backend(const BackendContext& context);
 
 Registry& Registry::global() {
   static Registry* registry = [] {
@@ -39,135 +43,68 @@ const BackendInfo& Registry::get(const std::string& name) const {
 }
 
 Selection select_backend(const AttentionSpec& spec, const KvCacheConfig& cache, const ForwardBatch* batch) {
+  ModelSpec one;
+  one.name = "spec";
+  one.layers = {spec};
+  return select_backend(one, cache, batch);
+}
+
+Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, const ForwardBatch* batch) {
+  const AttentionSpec& spec = model.layer(0);
   static const char* const kCudaOrder[] = {"hopper", "mla", "planned", "jit", "cuda-naive"};
   static const char* const kCpuOrder[] = {"cpu", "reference"};
   const Registry& registry = Registry::global();
   Selection s;
-  auto try_order = [&](const auto& order) {
+  auto try_order = [&](const auto& order, const std::string& rule) {
     for (const char* name : order) {
       const auto& all = registry.all();
       auto it = std::find_if(all.begin(), all.end(), [&](const BackendInfo& b) { return b.name == name; });
       if (it == all.end()) continue;  // not built into this library
       std::string why = it->why_unavailable ? it->why_unavailable() : std::string();
-      if (why.empty()) why = why_unsupported(it->capabilities(), spec, cache, batch);
+      const Capabilities caps = it->capabilities();
+      for (int l = 0; l < model.num_layers() && why.empty(); ++l) {
+        why = why_unsupported(caps, model.layer(l), cache, batch);
+        if (!why.empty() && model.num_layers() > 1) why += detail::concat(" (layer ", l, ")");
+      }
       if (why.empty()) {
         s.backend = name;
-        s.reason += detail::concat(s.reason.empty() ? "" : "; ", "chose ", name, " (first in the ",
-                                   device_name(cache.device), " order that supports ", spec.describe(), ")");
+        s.reason += detail::concat(s.reason.empty() ? "" : "; ", "chose ", name, " (", rule, ")");
         return true;
       }
       s.reason += detail::concat(s.reason.empty() ? "" : "; ", name, ": ", why);
     }
     return false;
   };
-  const bool found = cache.device == Device::cuda ? try_order(kCudaOrder) : try_order(kCpuOrder);
+  // A measured table, when there is one and it covers this batch's bucket, goes first.
+  if (batch) {
+    if (auto table = tuning_table()) {
+      const TuningBucket bucket = bucket_for(spec, cache.device, *batch);
+      if (const TuningEntry* e = table->lookup(bucket)) {
+        const char* const measured[] = {e->backend.c_str()};
+        s.reason = detail::concat("measured (", tuning_table_source(), ", bucket ", e->bucket.phase, " batch ",
+                                  e->bucket.batch_size, " kv ", e->bucket.kv_len, ")");
+        if (try_order(measured, "fastest measured in this bucket")) return s;
+        s.reason += "; falling back to the written rules";
+      }
+    }
+  }
+  const std::string rule = detail::concat("first in the ", device_name(cache.device), " order that supports ",
+                                          spec.describe());
+  const bool found = cache.device == Device::cuda ? try_order(kCudaOrder, rule) : try_order(kCpuOrder, rule);
   ATTNKIT_CHECK(found, "auto: no backend supports this spec and cache: ", s.reason);
   return s;
 }
 
 std::unique_ptr<AttentionBackend> create_backend(const std::string& name, const BackendContext& context) {
   ATTNKIT_CHECK(context.model && context.cache, "create_backend: the context needs a model and a cache");
-  std::string chosen = name;
-  if (name == "auto") chosen = select_backend(context.model->layer(0), context.cache->config()).backend;
+  if (name == "auto") return create_auto_backend(context);
+  const std::string& chosen = name;
   const BackendInfo& info = Registry::global().get(chosen);
   if (info.why_unavailable) {
     const std::string why = info.why_unavailable();
     ATTNKIT_CHECK(why.empty(), chosen, ": not available on this machine: ", why);
   }
   return info.create(context);
-}
-
-namespace {
-
-// Extend and mixed batches go to one backend, decode batches to another; both read one cache.
-class HybridBackend final : public AttentionBackend {
- public:
-  HybridBackend(const BackendContext& context, std::unique_ptr<AttentionBackend> prefill,
-                std::unique_ptr<AttentionBackend> decode)
-      : AttentionBackend(context), prefill_(std::move(prefill)), decode_(std::move(decode)) {}
-
-  std::string name() const override { return prefill_->name() + "+" + decode_->name(); }
-
-  Capabilities capabilities() const override {
-    // Extend/mixed come from the prefill side, decode from the decode side; the rest must hold for both.
-    const Capabilities& p = prefill_->caps();
-    const Capabilities& d = decode_->caps();
-    Capabilities c = p;
-    auto both = [](const auto& a, const auto& b) {
-      std::remove_cvref_t<decltype(a)> out;
-      for (const auto& x : a) {
-        if (std::find(b.begin(), b.end(), x) != b.end()) out.push_back(x);
-      }
-      return out;
-    };
-    c.q_dtypes = both(p.q_dtypes, d.q_dtypes);
-    c.kv_dtypes = both(p.kv_dtypes, d.kv_dtypes);
-    if (p.head_dims.empty()) c.head_dims = d.head_dims;
-    else if (!d.head_dims.empty()) c.head_dims = both(p.head_dims, d.head_dims);
-    c.mla = p.mla && d.mla;
-    if (p.mla_dims.empty()) c.mla_dims = d.mla_dims;
-    else if (!d.mla_dims.empty()) c.mla_dims = both(p.mla_dims, d.mla_dims);
-    c.min_page_size = std::max(p.min_page_size, d.min_page_size);
-    c.max_page_size = std::min(p.max_page_size, d.max_page_size);
-    c.decode = d.decode;
-    c.gqa = p.gqa && d.gqa;
-    c.mha = p.mha && d.mha;
-    c.causal = p.causal && d.causal;
-    c.non_causal = p.non_causal && d.non_causal;
-    c.window = p.window && d.window;
-    c.soft_cap = p.soft_cap && d.soft_cap;
-    c.sinks = p.sinks && d.sinks;
-    c.custom_mask = p.custom_mask;  // decode batches carry no custom mask of their own here
-    c.cuda_graph = d.cuda_graph;
-    return c;
-  }
-
-  void init_cuda_graph_state(int max_batch_size, int max_num_pages) override {
-    decode_->init_cuda_graph_state(max_batch_size, max_num_pages);
-  }
-  void synchronize() override {
-    prefill_->synchronize();
-    decode_->synchronize();
-  }
-
- protected:
-  void plan(const ForwardBatch& batch) override {
-    active_ = batch.mode == ForwardMode::decode ? decode_.get() : prefill_.get();
-    active_->init_forward_metadata(batch);
-  }
-  void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                  const TensorView& out) override {
-    active_->forward_extend(layer, q, k, v, out);
-  }
-  void run_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                  const TensorView& out) override {
-    active_->forward_decode(layer, q, k, v, out);
-  }
-
- private:
-  std::unique_ptr<AttentionBackend> prefill_;
-  std::unique_ptr<AttentionBackend> decode_;
-  AttentionBackend* active_ = nullptr;
-};
-
-}  // namespace
-
-std::unique_ptr<AttentionBackend> create_hybrid_backend(const std::string& prefill, const std::string& decode,
-                                                        const BackendContext& context) {
-  const Registry& registry = Registry::global();
-  const Capabilities p = registry.get(prefill).capabilities();
-  const Capabilities d = registry.get(decode).capabilities();
-  const std::string pair = detail::concat("hybrid ", prefill, " (prefill) + ", decode, " (decode)");
-  ATTNKIT_CHECK(p.device == d.device, pair, ": both must read one cache, but ", prefill, " runs on ",
-                device_name(p.device), " and ", decode, " on ", device_name(d.device));
-  ATTNKIT_CHECK(p.cache_layout == d.cache_layout, pair, ": both must read one cache layout, but ", prefill, " reads '",
-                p.cache_layout, "' and ", decode, " reads '", d.cache_layout, "'");
-  const DType kv = context.cache->config().dtype;
-  for (const auto& [name, caps] : {std::pair{prefill, p}, std::pair{decode, d}}) {
-    ATTNKIT_CHECK(std::find(caps.kv_dtypes.begin(), caps.kv_dtypes.end(), kv) != caps.kv_dtypes.end(), pair,
-                  ": the cache dtype is ", dtype_name(kv), ", which ", name, " cannot read");
-  }
-  return std::make_unique<HybridBackend>(context, create_backend(prefill, context), create_backend(decode, context));
 }
 
 }  // namespace attnkit

@@ -11,5 +11,6 @@ namespace attnkit::tool {
 std::function<int()> add_list(CLI::App& app);
 std::function<int()> add_check(CLI::App& app);
 std::function<int()> add_bench(CLI::App& app);
+std::function<int()> add_tune(CLI::App& app);
 
 }  // namespace attnkit::tool

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/registry.h"
+#include "attnkit/tuning.h"
 #include "commands.h"
 #include "format.h"
 
@@ -44,6 +45,25 @@ std::vector<std::string> features(const Capabilities& c) {
   return f;
 }
 
+// A batch that carries only the shape `auto` looks at (no cache behind it).
+ForwardBatch shape_only_batch(ForwardMode mode, int batch_size, int kv_len) {
+  ForwardBatch b;
+  b.mode = mode;
+  b.page_size = 16;
+  const int qo = mode == ForwardMode::decode ? 1 : kv_len;
+  const int pages = (kv_len + 15) / 16;
+  b.qo_indptr.push_back(0);
+  b.kv_page_indptr.push_back(0);
+  for (int i = 0; i < batch_size; ++i) {
+    b.qo_indptr.push_back(b.qo_indptr.back() + qo);
+    b.kv_page_indptr.push_back(b.kv_page_indptr.back() + pages);
+    b.kv_last_page_len.push_back((kv_len - 1) % 16 + 1);
+    b.prefix_lens.push_back(kv_len - qo);
+  }
+  b.kv_page_indices.assign(static_cast<size_t>(b.kv_page_indptr.back()), 0);
+  return b;
+}
+
 }  // namespace
 
 std::function<int()> add_list(CLI::App& app) {
@@ -78,7 +98,7 @@ std::function<int()> add_list(CLI::App& app) {
                      {"max_page_size", c.max_page_size},
                      {"features", features(c)}});
     }
-    // What `auto` would pick for the preset, on the GPU if there is one, else on the CPU.
+    // What `auto` picks for the preset on a decode and a prefill batch, on the GPU if there is one.
     const ModelSpec model = make_preset(*preset);
     KvCacheConfig cache;
     cache.num_kv_heads = model.layer(0).num_kv_heads;
@@ -86,20 +106,30 @@ std::function<int()> add_list(CLI::App& app) {
     cache.head_dim_v = model.layer(0).head_dim_vo;
     cache.mla = model.layer(0).is_mla();
     cache.device = cuda_available() ? Device::cuda : Device::cpu;
-    std::string auto_line;
-    try {
-      const Selection s = select_backend(model.layer(0), cache);
-      auto_line = s.backend + " (" + s.reason + ")";
-    } catch (const Error& e) {
-      auto_line = std::string("none: ") + e.what();
+    nlohmann::json auto_json = {{"preset", *preset}, {"table", tuning_table_source()}};
+    std::vector<std::string> auto_lines;
+    for (const auto& [label, batch] : {std::pair{"decode 8 x 4096", shape_only_batch(ForwardMode::decode, 8, 4096)},
+                                      std::pair{"prefill 1 x 512", shape_only_batch(ForwardMode::extend, 1, 512)}}) {
+      std::string line;
+      try {
+        const Selection s = select_backend(model, cache, &batch);
+        line = s.backend + " (" + s.reason + ")";
+      } catch (const Error& e) {
+        line = std::string("none: ") + e.what();
+      }
+      auto_json[label] = line;
+      auto_lines.push_back(std::string(label) + ": " + line);
     }
     if (*json) {
-      std::cout << nlohmann::json{{"backends", out}, {"auto", {{"preset", *preset}, {"choice", auto_line}}}}.dump(2)
-                << '\n';
+      std::cout << nlohmann::json{{"backends", out}, {"auto", auto_json}}.dump(2) << '\n';
       return 0;
     }
     print_table(rows);
-    std::cout << "\nauto for " << *preset << " on " << device_name(cache.device) << ": " << auto_line << '\n';
+    const std::string table = tuning_table_source();
+    std::cout << "\nauto for " << *preset << " on " << device_name(cache.device) << " ("
+              << (table.empty() ? "written rules; no tuning table (ATTNKIT_TUNE_TABLE)" : "tuning table " + table) << "):\n";
+    for (const auto& line : auto_lines) std::cout << "  " << line << '\n';
+    std::cout << "backends:\n";
     for (const BackendInfo& b : registry.all()) std::cout << "  " << b.name << ": " << b.description << '\n';
     return 0;
   };

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   std::function<int()> run_list = attnkit::tool::add_list(app);
   std::function<int()> run_check = attnkit::tool::add_check(app);
   std::function<int()> run_bench = attnkit::tool::add_bench(app);
+  std::function<int()> run_tune = attnkit::tool::add_tune(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "list") return run_list();
       if (sub->get_name() == "check") return run_check();
       if (sub->get_name() == "bench") return run_bench();
+      if (sub->get_name() == "tune") return run_tune();
     }
   } catch (const attnkit::Error& e) {
     std::cerr << "attnkit: error: " << e.what() << '\n';
