@@ -33,31 +33,31 @@ struct PrefillWorkItem {
 
 struct PrefillParams {
   // Activations, in q_dtype (bf16 or f16); out has q's dtype.
-  const void* q;  // [num_tokens, num_qo_heads, head_dim], never null
-  void* out;      // [num_tokens, num_qo_heads, head_dim], never null (unused by split items)
-  float* lse;     // [num_tokens, num_qo_heads] natural log, sinks excluded, -inf for an empty row; may be null
+  const void* q = nullptr;  // [num_tokens, num_qo_heads, head_dim], never null
+  void* out = nullptr;      // [num_tokens, num_qo_heads, head_dim], never null (unused by split items)
+  float* lse = nullptr;     // [num_tokens, num_qo_heads] natural log, sinks excluded, -inf for an empty row; may be null
 
   // One layer's paged pools in kv_dtype (q_dtype, or e4m3 read as stored * k_scale / v_scale).
-  const void* k_pool;  // [num_slots, num_kv_heads, head_dim], never null; slot s is in page s / page_size
-  const void* v_pool;  // [num_slots, num_kv_heads, head_dim], never null
+  const void* k_pool = nullptr;  // [num_slots, num_kv_heads, head_dim], never null; slot s is in page s / page_size
+  const void* v_pool = nullptr;  // [num_slots, num_kv_heads, head_dim], never null
 
   // The batch, on the device (the same CSR arrays as ForwardBatch, uploaded by the planner).
-  const int32_t* qo_indptr;         // [batch_size + 1], never null
-  const int32_t* kv_page_indptr;    // [batch_size + 1], never null
-  const int32_t* kv_page_indices;   // [kv_page_indptr[batch_size]], never null
-  const int32_t* kv_last_page_len;  // [batch_size] 1..page_size, never null
-  const int32_t* prefix_lens;       // [batch_size] position of each request's first new token, never null
+  const int32_t* qo_indptr = nullptr;         // [batch_size + 1], never null
+  const int32_t* kv_page_indptr = nullptr;    // [batch_size + 1], never null
+  const int32_t* kv_page_indices = nullptr;   // [kv_page_indptr[batch_size]], never null
+  const int32_t* kv_last_page_len = nullptr;  // [batch_size] 1..page_size, never null
+  const int32_t* prefix_lens = nullptr;       // [batch_size] position of each request's first new token, never null
   // Optional custom masks: request i's [qo_len, kv_len] row-major 0/1 bytes start at
   // custom_mask[custom_mask_indptr[i]]; an empty range means the causal/window rule. Both null: none.
-  const uint8_t* custom_mask;          // [custom_mask_indptr[batch_size]] or null
-  const int64_t* custom_mask_indptr;   // [batch_size + 1] or null
-  const float* sinks;                  // [num_qo_heads] logits added to the denominator only, or null
+  const uint8_t* custom_mask = nullptr;          // [custom_mask_indptr[batch_size]] or null
+  const int64_t* custom_mask_indptr = nullptr;   // [batch_size + 1] or null
+  const float* sinks = nullptr;                  // [num_qo_heads] logits added to the denominator only, or null
 
   // The work list (from the planner, on the device) and where split items write.
-  const PrefillWorkItem* work;  // [num_work_items], never null
+  const PrefillWorkItem* work = nullptr;  // [num_work_items], never null
   int num_work_items = 0;
-  float* partial_o;    // [num_partial_rows, num_qo_heads, head_dim] f32; null when no item splits
-  float* partial_lse;  // [num_partial_rows, num_qo_heads] natural log, sinks excluded; null when no item splits
+  float* partial_o = nullptr;    // [num_partial_rows, num_qo_heads, head_dim] f32; null when no item splits
+  float* partial_lse = nullptr;  // [num_partial_rows, num_qo_heads] natural log, sinks excluded; null when no item splits
 
   int batch_size = 0;
   int num_qo_heads = 0;

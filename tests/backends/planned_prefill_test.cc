@@ -1,0 +1,406 @@
+// The `planned` extend kernel, launched directly over a CUDA cache and compared with the reference
+// formula on the host copy: ragged and chunked batches, masks, soft-cap, sinks, e4m3, KV splits.
+// Backend-level conformance (through the adapter) is the harness's job; timing is a disabled test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnkit/batch.h"
+#include "attnkit/kv_cache.h"
+#include "backends/planned/kernels/prefill.h"
+#include "backends/reference/kernels/attention.h"
+#include "cuda/memory.h"
+#include "cuda/timer.h"
+#include "harness/check.h"
+#include "harness/device_copy.h"
+
+namespace attnkit::planned {
+namespace {
+
+struct PrefillCase {
+  std::string label;
+  int num_qo_heads = 8;
+  int num_kv_heads = 2;
+  int head_dim = 128;
+  DType q_dtype = DType::bf16;
+  DType kv_dtype = DType::bf16;
+  int page_size = 16;
+  std::vector<std::pair<int, int>> requests;  // (prefix_len, num_new_tokens)
+  bool causal = true;
+  int window_left = -1;
+  float soft_cap = 0.0f;
+  bool sinks = false;
+  bool custom_mask = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  int kv_splits = 1;  // > 1: every q tile's KV is cut into this many items, merged on the host
+};
+
+template <typename T>
+Buffer upload(const std::vector<T>& v) {
+  Buffer b(Device::cuda, std::max<size_t>(1, v.size() * sizeof(T)));
+  if (!v.empty()) b.copy_from_host(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+// Everything one launch reads, on the device, plus the host copies the reference reads.
+struct LaunchInputs {
+  KvCacheConfig cfg;
+  std::unique_ptr<KvCache> cache;
+  ForwardBatch batch;
+  AttentionSpec spec;
+  std::vector<uint8_t> k_host, v_host, q_host;
+  Buffer q, qo_indptr, kv_page_indptr, kv_page_indices, kv_last_page_len, prefix_lens, mask, mask_indptr, sinks;
+  PrefillParams params;
+};
+
+void make_setup(const PrefillCase& c, uint64_t seed, LaunchInputs& s) {
+  s.cfg.num_layers = 1;
+  s.cfg.page_size = c.page_size;
+  s.cfg.num_kv_heads = c.num_kv_heads;
+  s.cfg.head_dim_k = s.cfg.head_dim_v = c.head_dim;
+  s.cfg.dtype = c.kv_dtype;
+  s.cfg.k_scale = c.k_scale;
+  s.cfg.v_scale = c.v_scale;
+  s.cfg.device = Device::cuda;
+  int pages = 4;
+  for (auto [prefix, n] : c.requests) pages += (prefix + n + c.page_size - 1) / c.page_size;
+  s.cfg.num_pages = pages;
+  s.cache = std::make_unique<KvCache>(s.cfg);
+  s.cache->allocator().shuffle(seed);
+
+  std::mt19937_64 rng(seed);
+  std::vector<RequestStep> steps;
+  for (auto [prefix, n] : c.requests) {
+    RequestStep step;
+    step.prefix_len = prefix;
+    step.num_new_tokens = n;
+    if (c.custom_mask && n > 0) {
+      step.custom_mask.resize(static_cast<size_t>(n) * (prefix + n));
+      for (auto& m : step.custom_mask) m = (rng() % 10) < 7;
+    }
+    steps.push_back(std::move(step));
+  }
+  s.batch = build_batch(*s.cache, steps);
+
+  s.spec.num_qo_heads = c.num_qo_heads;
+  s.spec.num_kv_heads = c.num_kv_heads;
+  s.spec.head_dim_qk = s.spec.head_dim_vo = c.head_dim;
+  s.spec.causal = c.causal;
+  s.spec.window_left = c.window_left;
+  s.spec.logits_soft_cap = c.soft_cap;
+  if (c.sinks) {
+    std::uniform_real_distribution<float> u(-1.0f, 2.0f);
+    for (int h = 0; h < c.num_qo_heads; ++h) s.spec.sinks.push_back(u(rng));
+  }
+
+  // Every slot random, prefix included: the kernel reads the pools only.
+  const int64_t slots = s.cfg.num_slots();
+  const size_t pool_bytes = static_cast<size_t>(slots) * c.num_kv_heads * c.head_dim * dtype_size(c.kv_dtype);
+  s.k_host.resize(pool_bytes);
+  s.v_host.resize(pool_bytes);
+  harness::fill_uniform(TensorView(s.k_host.data(), c.kv_dtype, Device::cpu, {slots, c.num_kv_heads, c.head_dim}),
+                        seed + 1, -1.0f, 1.0f);
+  harness::fill_uniform(TensorView(s.v_host.data(), c.kv_dtype, Device::cpu, {slots, c.num_kv_heads, c.head_dim}),
+                        seed + 2, -1.0f, 1.0f);
+  cuda::copy_host_to_device(s.cache->k_pool(0), s.k_host.data(), pool_bytes);
+  cuda::copy_host_to_device(s.cache->v_pool(0), s.v_host.data(), pool_bytes);
+  const int64_t tokens = s.batch.num_tokens();
+  s.q_host.resize(static_cast<size_t>(tokens) * c.num_qo_heads * c.head_dim * dtype_size(c.q_dtype));
+  // Wide enough that the softmax is far from uniform (logits of a few units).
+  harness::fill_uniform(TensorView(s.q_host.data(), c.q_dtype, Device::cpu, {std::max<int64_t>(tokens, 1), c.num_qo_heads, c.head_dim}),
+                        seed + 3, -4.0f, 4.0f);
+  s.q = upload(s.q_host);
+
+  s.qo_indptr = upload(s.batch.qo_indptr);
+  s.kv_page_indptr = upload(s.batch.kv_page_indptr);
+  s.kv_page_indices = upload(s.batch.kv_page_indices);
+  s.kv_last_page_len = upload(s.batch.kv_last_page_len);
+  s.prefix_lens = upload(s.batch.prefix_lens);
+  PrefillParams& p = s.params;
+  p.q = s.q.data();
+  p.k_pool = s.cache->k_pool(0);
+  p.v_pool = s.cache->v_pool(0);
+  p.qo_indptr = static_cast<const int32_t*>(s.qo_indptr.data());
+  p.kv_page_indptr = static_cast<const int32_t*>(s.kv_page_indptr.data());
+  p.kv_page_indices = static_cast<const int32_t*>(s.kv_page_indices.data());
+  p.kv_last_page_len = static_cast<const int32_t*>(s.kv_last_page_len.data());
+  p.prefix_lens = static_cast<const int32_t*>(s.prefix_lens.data());
+  if (!s.batch.custom_mask_indptr.empty()) {
+    s.mask = upload(s.batch.custom_mask);
+    s.mask_indptr = upload(s.batch.custom_mask_indptr);
+    p.custom_mask = static_cast<const uint8_t*>(s.mask.data());
+    p.custom_mask_indptr = static_cast<const int64_t*>(s.mask_indptr.data());
+  }
+  if (!s.spec.sinks.empty()) {
+    s.sinks = upload(s.spec.sinks);
+    p.sinks = static_cast<const float*>(s.sinks.data());
+  }
+  p.batch_size = s.batch.batch_size();
+  p.num_qo_heads = c.num_qo_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.page_size = c.page_size;
+  p.sm_scale = s.spec.scale();
+  p.logits_soft_cap = c.soft_cap;
+  p.window_left = c.window_left;
+  p.causal = c.causal;
+  p.k_scale = c.k_scale;
+  p.v_scale = c.v_scale;
+  p.q_dtype = c.q_dtype;
+  p.kv_dtype = c.kv_dtype;
+}
+
+// The work list, and with kv_splits > 1 the partial-row base of every (request, split).
+std::vector<PrefillWorkItem> make_work(const PrefillCase& c, const LaunchInputs& s, std::vector<int>& split_base,
+                                       int& num_partial_rows) {
+  std::vector<PrefillWorkItem> work = make_prefill_work(s.batch, c.num_qo_heads, c.num_kv_heads, c.head_dim);
+  num_partial_rows = 0;
+  if (c.kv_splits <= 1) return work;
+  const ForwardBatch& b = s.batch;
+  split_base.assign(static_cast<size_t>(b.batch_size()), 0);
+  for (int i = 0; i < b.batch_size(); ++i) {
+    split_base[static_cast<size_t>(i)] = num_partial_rows;
+    num_partial_rows += c.kv_splits * b.qo_len(i);
+  }
+  const int tile_kv = prefill_tile_kv(c.head_dim);
+  std::vector<PrefillWorkItem> split;
+  for (const PrefillWorkItem& w : work) {
+    const int kv_len = b.kv_len(w.request_idx);
+    const int chunk = std::max(tile_kv, (kv_len + c.kv_splits - 1) / c.kv_splits / tile_kv * tile_kv);
+    for (int k = 0; k < c.kv_splits; ++k) {
+      PrefillWorkItem item = w;
+      item.kv_begin = std::min(kv_len, k * chunk);
+      item.kv_end = k + 1 == c.kv_splits ? -1 : std::min(kv_len, (k + 1) * chunk);
+      item.partial_row = split_base[static_cast<size_t>(w.request_idx)] + k * b.qo_len(w.request_idx);
+      split.push_back(item);
+    }
+  }
+  return split;
+}
+
+void run_case(const PrefillCase& c, uint64_t seed) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  SCOPED_TRACE(c.label);
+  LaunchInputs s;
+  make_setup(c, seed, s);
+  const ForwardBatch& b = s.batch;
+  const int64_t rows = int64_t{b.num_tokens()} * c.num_qo_heads;
+  const int d = c.head_dim;
+
+  std::vector<int> split_base;
+  int num_partial_rows = 0;
+  const std::vector<PrefillWorkItem> work = make_work(c, s, split_base, num_partial_rows);
+  Buffer g_work = upload(work);
+  Buffer g_out(Device::cuda, std::max<size_t>(1, rows * d * dtype_size(c.q_dtype)));
+  Buffer g_lse(Device::cuda, std::max<size_t>(1, rows * sizeof(float)));
+  Buffer g_po(Device::cuda, std::max<size_t>(1, size_t(num_partial_rows) * c.num_qo_heads * d * sizeof(float)));
+  Buffer g_plse(Device::cuda, std::max<size_t>(1, size_t(num_partial_rows) * c.num_qo_heads * sizeof(float)));
+  for (Buffer* buf : {&g_out, &g_lse, &g_po, &g_plse}) buf->fill_bytes(0xff);  // NaN: unwritten shows
+  PrefillParams p = s.params;
+  p.work = static_cast<const PrefillWorkItem*>(g_work.data());
+  p.num_work_items = static_cast<int>(work.size());
+  p.out = g_out.data();
+  p.lse = static_cast<float*>(g_lse.data());
+  if (num_partial_rows > 0) {
+    p.partial_o = static_cast<float*>(g_po.data());
+    p.partial_lse = static_cast<float*>(g_plse.data());
+  }
+  launch_prefill(p, nullptr);
+  cuda::device_synchronize();
+
+  // The kernel's answer, as floats; splits merged here with the sink in the denominator.
+  std::vector<float> out(static_cast<size_t>(rows * d)), lse(static_cast<size_t>(rows));
+  if (num_partial_rows == 0) {
+    std::vector<uint8_t> raw(static_cast<size_t>(rows * d) * dtype_size(c.q_dtype));
+    g_out.copy_to_host(raw.data(), raw.size());
+    for (int64_t e = 0; e < rows * d; ++e) out[size_t(e)] = load_as_float(raw.data(), c.q_dtype, e);
+    g_lse.copy_to_host(lse.data(), lse.size() * sizeof(float));
+  } else {
+    std::vector<float> po(size_t(num_partial_rows) * c.num_qo_heads * d), plse(size_t(num_partial_rows) * c.num_qo_heads);
+    g_po.copy_to_host(po.data(), po.size() * sizeof(float));
+    g_plse.copy_to_host(plse.data(), plse.size() * sizeof(float));
+    for (int i = 0; i < b.batch_size(); ++i) {
+      for (int j = 0; j < b.qo_len(i); ++j) {
+        for (int h = 0; h < c.num_qo_heads; ++h) {
+          auto prow = [&](int k) { return (size_t(split_base[size_t(i)] + k * b.qo_len(i) + j)) * c.num_qo_heads + h; };
+          double m = -std::numeric_limits<double>::infinity();
+          for (int k = 0; k < c.kv_splits; ++k) m = std::max(m, double{plse[prow(k)]});
+          const size_t orow = size_t(b.qo_indptr[size_t(i)] + j) * c.num_qo_heads + h;
+          std::vector<double> acc(size_t(d), 0.0);
+          double denom = 0.0;
+          if (std::isfinite(m)) {
+            for (int k = 0; k < c.kv_splits; ++k) {
+              const double wgt = std::exp(double{plse[prow(k)]} - m);
+              denom += wgt;
+              for (int e = 0; e < d; ++e) acc[size_t(e)] += wgt * po[prow(k) * d + e];
+            }
+          }
+          lse[orow] = std::isfinite(m) ? float(m + std::log(denom)) : -std::numeric_limits<float>::infinity();
+          double total = denom;
+          if (!s.spec.sinks.empty() && std::isfinite(m)) total += std::exp(double{s.spec.sinks[size_t(h)]} - m);
+          for (int e = 0; e < d; ++e) out[orow * d + e] = total > 0.0 ? float(acc[size_t(e)] / total) : 0.0f;
+        }
+      }
+    }
+  }
+
+  KvCacheConfig host_cfg = s.cfg;
+  host_cfg.device = Device::cpu;
+  std::vector<float> ref(out.size()), ref_lse(lse.size());
+  reference::AttentionParams rp;
+  rp.spec = &s.spec;
+  rp.cache = &host_cfg;
+  rp.k_pool = s.k_host.data();
+  rp.v_pool = s.v_host.data();
+  rp.batch = &b;
+  rp.q = s.q_host.data();
+  rp.q_dtype = c.q_dtype;
+  rp.out = ref.data();
+  rp.out_dtype = DType::f32;
+  rp.lse = ref_lse.data();
+  reference::attention(rp);
+
+  double max_ref = 0.0, worst = -1.0;
+  size_t worst_idx = 0;
+  for (size_t e = 0; e < out.size(); ++e) {
+    max_ref = std::max(max_ref, std::fabs(double{ref[e]}));
+    const double err = std::isfinite(out[e]) ? std::fabs(double{out[e]} - ref[e]) : std::numeric_limits<double>::infinity();
+    if (err > worst) worst = err, worst_idx = e;
+  }
+  const double tol = harness::default_tolerance(c.q_dtype, c.kv_dtype);
+  if (!out.empty()) {
+    EXPECT_LE(worst / std::max(max_ref, 1e-6), tol)
+        << "worst element " << worst_idx << " (token " << worst_idx / d / c.num_qo_heads << ", head "
+        << worst_idx / d % c.num_qo_heads << ", dim " << worst_idx % d << "): got " << out[worst_idx] << ", reference "
+        << ref[worst_idx] << "; max |ref| " << max_ref;
+  }
+  for (size_t r = 0; r < lse.size(); ++r) {
+    if (std::isinf(ref_lse[r])) {
+      ASSERT_TRUE(std::isinf(lse[r]) && lse[r] < 0) << "lse row " << r << ": got " << lse[r] << ", reference -inf";
+    } else {
+      ASSERT_NEAR(lse[r], ref_lse[r], 2e-3 * (1.0 + std::fabs(ref_lse[r]))) << "lse row " << r;
+    }
+  }
+}
+
+std::vector<PrefillCase> cases() {
+  std::vector<PrefillCase> v;
+  auto add = [&](PrefillCase c) { v.push_back(std::move(c)); };
+  add({.label = "gqa4 d128 causal ragged, partial pages",
+       .requests = {{0, 1}, {0, 37}, {5, 200}, {300, 64}, {17, 0}, {0, 129}}});
+  add({.label = "mha d64 f16 page 1", .num_qo_heads = 4, .num_kv_heads = 4, .head_dim = 64,
+       .q_dtype = DType::f16, .kv_dtype = DType::f16, .page_size = 1, .requests = {{3, 50}, {0, 1}, {90, 7}}});
+  add({.label = "mqa8 d256 page 256", .num_qo_heads = 8, .num_kv_heads = 1, .head_dim = 256, .page_size = 256,
+       .requests = {{0, 70}, {400, 33}}});
+  add({.label = "gqa4 d128 non-causal", .page_size = 7, .requests = {{10, 90}, {0, 1}, {64, 64}}, .causal = false});
+  add({.label = "gqa4 d128 window 20", .requests = {{100, 80}, {0, 45}}, .window_left = 20});
+  add({.label = "gqa2 d64 non-causal window 0", .num_qo_heads = 4, .num_kv_heads = 2, .head_dim = 64,
+       .requests = {{5, 40}}, .causal = false, .window_left = 0});
+  add({.label = "gqa4 d128 soft-cap and sinks", .requests = {{30, 70}, {0, 3}}, .soft_cap = 1.5f, .sinks = true});
+  add({.label = "gqa4 d128 custom mask", .page_size = 5, .requests = {{12, 30}, {0, 19}, {70, 1}}, .custom_mask = true});
+  add({.label = "gqa4 d128 e4m3 cache, bf16", .kv_dtype = DType::e4m3, .requests = {{40, 60}, {0, 9}},
+       .k_scale = 0.5f, .v_scale = 2.0f});
+  add({.label = "gqa8 d64 e4m3 cache, f16", .num_qo_heads = 16, .num_kv_heads = 2, .head_dim = 64,
+       .q_dtype = DType::f16, .kv_dtype = DType::e4m3, .page_size = 3, .requests = {{20, 33}}, .k_scale = 1.5f,
+       .v_scale = 0.25f});
+  add({.label = "gqa4 d128 chunked prefill, 3 KV splits, sinks", .requests = {{700, 90}, {0, 130}, {33, 1}},
+       .sinks = true, .kv_splits = 3});
+  add({.label = "gqa4 d256 f16 e4m3 window, 2 KV splits", .head_dim = 256, .q_dtype = DType::f16,
+       .kv_dtype = DType::e4m3, .page_size = 32, .requests = {{200, 40}}, .window_left = 100, .kv_splits = 2});
+  add({.label = "gqa4 d128 long chunk", .requests = {{1000, 300}}});
+  return v;
+}
+
+class PlannedPrefill : public ::testing::TestWithParam<PrefillCase> {};
+
+TEST_P(PlannedPrefill, MatchesReference) { run_case(GetParam(), 7); }
+TEST_P(PlannedPrefill, MatchesReferenceOnOtherInputs) { run_case(GetParam(), 1234); }
+
+INSTANTIATE_TEST_SUITE_P(Cases, PlannedPrefill, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return "case" + std::to_string(info.index); });
+
+TEST(PlannedPrefillParams, RefusesUnsupportedShapes) {
+  PrefillParams p;
+  p.num_qo_heads = 8;
+  p.num_kv_heads = 2;
+  p.page_size = 16;
+  p.sm_scale = 0.1f;
+  p.head_dim = 96;
+  try {
+    check_prefill_params(p);
+    FAIL() << "head_dim 96 was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "planned prefill: head_dim must be 64, 128 or 256, got 96");
+  }
+  p.head_dim = 128;
+  p.kv_dtype = DType::f16;
+  try {
+    check_prefill_params(p);
+    FAIL() << "a bf16 q with an f16 cache was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "planned prefill: cache dtype must be the q dtype (bf16) or e4m3, got f16");
+  }
+  EXPECT_EQ(prefill_tile_rows(128) % 16, 0);
+}
+
+// Timing of the llama3-8b shapes (32 q / 8 kv heads, 128, bf16, page 16) with CUDA events: not a
+// test (run with --gtest_also_run_disabled_tests on a GPU); `attnkit bench` is the tool's view.
+double visible_pairs(const PrefillCase& c) {
+  double pairs = 0.0;
+  for (auto [prefix, n] : c.requests) {
+    for (int j = 0; j < n; ++j) pairs += c.causal ? prefix + j + 1 : prefix + n;
+  }
+  return pairs;
+}
+
+TEST(PlannedPrefillTiming, DISABLED_Llama3_8b) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  std::vector<PrefillCase> shapes = {
+      {.label = "causal 8k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{0, 8192}}},
+      {.label = "full 8k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{0, 8192}}, .causal = false},
+      {.label = "chunk 2k on 30k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{30720, 2048}}},
+      {.label = "causal 8 x 1k", .num_qo_heads = 32, .num_kv_heads = 8,
+       .requests = std::vector<std::pair<int, int>>(8, {0, 1024})},
+  };
+  std::printf("%-18s %10s %10s\n", "shape", "ms", "TFLOP/s");
+  for (const PrefillCase& c : shapes) {
+    LaunchInputs s;
+    make_setup(c, 11, s);
+    std::vector<int> split_base;
+    int num_partial_rows = 0;
+    const std::vector<PrefillWorkItem> work = make_work(c, s, split_base, num_partial_rows);
+    Buffer g_work = upload(work);
+    const int64_t rows = int64_t{s.batch.num_tokens()} * c.num_qo_heads;
+    Buffer g_out(Device::cuda, size_t(rows) * c.head_dim * 2);
+    PrefillParams p = s.params;
+    p.work = static_cast<const PrefillWorkItem*>(g_work.data());
+    p.num_work_items = static_cast<int>(work.size());
+    p.out = g_out.data();
+    for (int i = 0; i < 3; ++i) launch_prefill(p, nullptr);
+    cuda::device_synchronize();
+    std::vector<double> ms;
+    cuda::EventTimer timer;
+    for (int rep = 0; rep < 7; ++rep) {
+      timer.start();
+      for (int i = 0; i < 10; ++i) launch_prefill(p, nullptr);
+      ms.push_back(timer.stop_ms() / 10.0);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double flops = 4.0 * c.head_dim * c.num_qo_heads * visible_pairs(c);
+    std::printf("%-18s %10.3f %10.1f\n", c.label.c_str(), ms[ms.size() / 2], flops / (ms[ms.size() / 2] * 1e-3) / 1e12);
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::planned
