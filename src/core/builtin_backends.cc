@@ -6,10 +6,16 @@ namespace attnkit {
 
 void register_reference_backend(Registry& registry);
 void register_cpu_backend(Registry& registry);
+#ifdef ATTNKIT_WITH_CUDA
+void register_cuda_naive_backend(Registry& registry);
+#endif
 
 void register_builtin_backends(Registry& registry) {
   register_reference_backend(registry);
   register_cpu_backend(registry);
+#ifdef ATTNKIT_WITH_CUDA
+  register_cuda_naive_backend(registry);
+#endif
 }
 
 }  // namespace attnkit

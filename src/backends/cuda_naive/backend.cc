@@ -1,0 +1,161 @@
+// CudaNaiveBackend: uploads the batch's page table, slots and masks at plan time, sizes the score
+// workspace (refusing, with the byte count, what free memory cannot hold), then launches the three
+// kernels of kernels/launch.h request by request.
+#include "backends/cuda_naive/backend.h"
+
+#include <algorithm>
+
+#include "attnkit/registry.h"
+#include "backends/cuda_naive/kernels/launch.h"
+#include "cuda/check.h"
+#include "cuda/memory.h"
+
+namespace attnkit {
+
+namespace {
+
+// Kept free beyond the workspace, for the cache store, the allocator's slack and other streams'
+// work: a baseline that takes the last byte of the device is a crash waiting for the next launch.
+constexpr size_t kFreeMemoryMargin = size_t{512} << 20;
+// The scores kernel puts chunks of 128 keys on grid.y (at most 65535 chunks).
+constexpr int64_t kMaxKvLen = int64_t{65535} * 128;
+
+}  // namespace
+
+Capabilities cuda_naive_capabilities() {
+  Capabilities c;
+  c.device = Device::cuda;
+  c.q_dtypes = {DType::bf16, DType::f16};
+  c.kv_dtypes = {DType::bf16, DType::f16, DType::e4m3};
+  // head_dims empty: any head_dim_qk and head_dim_vo up to kMaxHeadDim, checked in plan().
+  c.mla = false;
+  c.cuda_graph = false;
+  return c;
+}
+
+CudaNaiveBackend::CudaNaiveBackend(const BackendContext& context) : AttentionBackend(context) {}
+
+void CudaNaiveBackend::synchronize() { cuda::device_synchronize(); }
+
+size_t CudaNaiveBackend::workspace_bytes() const {
+  size_t total = scores_.nbytes() + page_indices_.nbytes() + out_cache_loc_.nbytes() + custom_mask_.nbytes();
+  for (const Buffer& b : sinks_) total += b.nbytes();
+  return total;
+}
+
+size_t CudaNaiveBackend::score_bytes(const ForwardBatch& batch) const {
+  int max_heads = 0;
+  for (int l = 0; l < model().num_layers(); ++l) max_heads = std::max(max_heads, model().layer(l).num_qo_heads);
+  size_t largest = 0;
+  for (int i = 0; i < batch.batch_size(); ++i) {
+    largest = std::max(largest, size_t(max_heads) * size_t(batch.qo_len(i)) * size_t(batch.kv_len(i)));
+  }
+  return largest * sizeof(float);
+}
+
+void CudaNaiveBackend::upload(Buffer& buffer, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (buffer.nbytes() < nbytes) buffer = Buffer(Device::cuda, nbytes);
+  buffer.copy_from_host(src, nbytes);
+}
+
+void CudaNaiveBackend::plan(const ForwardBatch& batch) {
+  for (int l = 0; l < model().num_layers(); ++l) {
+    const AttentionSpec& spec = model().layer(l);
+    ATTNKIT_CHECK(spec.head_dim_qk <= cuda_naive::kMaxHeadDim && spec.head_dim_vo <= cuda_naive::kMaxHeadDim,
+                  "cuda-naive: head_dim_qk and head_dim_vo must be at most ", cuda_naive::kMaxHeadDim, ", got ",
+                  spec.head_dim_qk, " and ", spec.head_dim_vo, " (layer ", l, ")");
+  }
+  for (int i = 0; i < batch.batch_size(); ++i) {
+    ATTNKIT_CHECK(batch.kv_len(i) <= kMaxKvLen, "cuda-naive: kv_len must be at most ", kMaxKvLen, ", got ",
+                  batch.kv_len(i), " (request ", i, ")");
+  }
+
+  // The score matrix is the point of this backend and its limit: refuse before allocating.
+  const size_t needed = score_bytes(batch);
+  if (needed > scores_.nbytes()) {
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    ATTNKIT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const size_t usable = free_bytes + scores_.nbytes();  // the old workspace is given back first
+    ATTNKIT_CHECK(needed + kFreeMemoryMargin <= usable, "cuda-naive: the score matrix needs ", needed,
+                  " bytes of device memory (the largest request's num_qo_heads x qo_len x kv_len floats), but only ",
+                  usable, " bytes are free and ", kFreeMemoryMargin,
+                  " are kept as a margin; use a tiled backend (planned, hopper) or split the batch");
+    scores_ = Buffer();
+    scores_ = Buffer(Device::cuda, needed);
+  }
+
+  upload(page_indices_, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
+  upload(out_cache_loc_, batch.out_cache_loc.data(), batch.out_cache_loc.size() * sizeof(int64_t));
+  upload(custom_mask_, batch.custom_mask.data(), batch.custom_mask.size());
+  if (sinks_.empty()) {
+    sinks_.resize(static_cast<size_t>(model().num_layers()));
+    for (int l = 0; l < model().num_layers(); ++l) {
+      const std::vector<float>& sinks = model().layer(l).sinks;
+      upload(sinks_[static_cast<size_t>(l)], sinks.data(), sinks.size() * sizeof(float));
+    }
+  }
+}
+
+void CudaNaiveBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const TensorView& out) {
+  const ForwardBatch& b = batch();
+  const int64_t num_tokens = b.num_tokens();
+  cache().store(layer, k, v, TensorView(out_cache_loc_.data(), DType::i64, Device::cuda, {num_tokens}));
+
+  const AttentionSpec& spec = model().layer(layer);
+  const KvCacheConfig& c = cache().config();
+  const bool fp8 = c.dtype == DType::e4m3;
+  const size_t q_row = size_t(spec.num_qo_heads) * spec.head_dim_qk * dtype_size(q.dtype);
+  const size_t o_row = size_t(spec.num_qo_heads) * spec.head_dim_vo * dtype_size(out.dtype);
+  const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
+
+  cuda_naive::RequestParams p;
+  p.k_pool = cache().k_pool(layer);
+  p.v_pool = cache().v_pool(layer);
+  p.sinks = sinks.nbytes() ? static_cast<const float*>(sinks.data()) : nullptr;
+  p.scores = static_cast<float*>(scores_.data());
+  p.q_dtype = q.dtype;
+  p.kv_dtype = c.dtype;
+  p.page_size = c.page_size;
+  p.num_qo_heads = spec.num_qo_heads;
+  p.num_kv_heads = spec.num_kv_heads;
+  p.head_dim_qk = spec.head_dim_qk;
+  p.head_dim_vo = spec.head_dim_vo;
+  p.sm_scale = spec.scale();
+  p.soft_cap = spec.logits_soft_cap;
+  p.k_scale = fp8 ? c.k_scale : 1.0f;
+  p.v_scale = fp8 ? c.v_scale : 1.0f;
+  p.causal = spec.causal;
+  p.window_left = spec.window_left;
+
+  for (int i = 0; i < b.batch_size(); ++i) {
+    p.qo_len = b.qo_len(i);
+    if (p.qo_len == 0) continue;
+    p.kv_len = b.kv_len(i);
+    p.prefix_len = b.prefix_lens[static_cast<size_t>(i)];
+    p.q = static_cast<const char*>(q.data) + size_t(b.qo_indptr[static_cast<size_t>(i)]) * q_row;
+    p.out = static_cast<char*>(out.data) + size_t(b.qo_indptr[static_cast<size_t>(i)]) * o_row;
+    p.page_indices = static_cast<const int32_t*>(page_indices_.data()) + b.kv_page_indptr[static_cast<size_t>(i)];
+    p.mask = b.has_custom_mask(i)
+                 ? static_cast<const uint8_t*>(custom_mask_.data()) + b.custom_mask_indptr[static_cast<size_t>(i)]
+                 : nullptr;
+    cuda_naive::launch_scores(p);
+    cuda_naive::launch_softmax(p);
+    cuda_naive::launch_pv(p);
+  }
+}
+
+void register_cuda_naive_backend(Registry& registry) {
+  registry.add({.name = "cuda-naive",
+                .description = "scores to HBM, softmax, then P V: three kernels, no tiling (the IO-unaware baseline)",
+                .device = Device::cuda,
+                .capabilities = cuda_naive_capabilities,
+                .why_unavailable = [] { return cuda::why_unavailable(); },
+                .create = [](const BackendContext& ctx) -> std::unique_ptr<AttentionBackend> {
+                  return std::make_unique<CudaNaiveBackend>(ctx);
+                }});
+}
+
+}  // namespace attnkit

@@ -1,0 +1,42 @@
+// The `cuda-naive` backend: the IO-unaware baseline. Per request, S = Q K^T goes to an HBM
+// workspace, softmax runs over it in place, then O = P V: three kernels (kernels/), no tiling.
+#pragma once
+
+#include <vector>
+
+#include "attnkit/backend.h"
+
+namespace attnkit {
+
+Capabilities cuda_naive_capabilities();
+
+class CudaNaiveBackend final : public AttentionBackend {
+ public:
+  explicit CudaNaiveBackend(const BackendContext& context);
+  std::string name() const override { return "cuda-naive"; }
+  Capabilities capabilities() const override { return cuda_naive_capabilities(); }
+  void synchronize() override;
+  // Device memory held beyond the cache: the score workspace and the uploaded batch metadata.
+  size_t workspace_bytes() const override;
+
+  // Bytes of score workspace `batch` needs under this model: the largest request's
+  // num_qo_heads x qo_len x kv_len floats (requests run one after another and share it).
+  size_t score_bytes(const ForwardBatch& batch) const;
+
+ protected:
+  void plan(const ForwardBatch& batch) override;
+  void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                  const TensorView& out) override;
+
+ private:
+  // Grows `buffer` to at least `nbytes` and copies `nbytes` from `src` into it.
+  static void upload(Buffer& buffer, const void* src, size_t nbytes);
+
+  Buffer scores_;            // [max over requests of num_qo_heads * qo_len * kv_len] f32
+  Buffer page_indices_;      // [kv_page_indices.size()] i32
+  Buffer out_cache_loc_;     // [num_tokens] i64
+  Buffer custom_mask_;       // [custom_mask.size()] u8, empty without masks
+  std::vector<Buffer> sinks_;  // [num_layers] each [num_qo_heads] f32, empty where the layer has none
+};
+
+}  // namespace attnkit
