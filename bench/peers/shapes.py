@@ -1,0 +1,100 @@
+"""The shapes attnkit is measured on and the figures derived from them (KV bytes, unmasked FLOPs).
+
+One table shared by the peers (run_peers.py) and the device check's attnkit runs, so both time the
+same work; the peers themselves are in peers.py.
+"""
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+# Llama-3-8B attention: 32 query heads, 8 KV heads, head_dim 128, bf16, pages of 16 tokens.
+NUM_QO_HEADS = 32
+NUM_KV_HEADS = 8
+HEAD_DIM = 128
+PAGE_SIZE = 16
+DTYPE_BYTES = 2
+
+
+@dataclass
+class Shape:
+    name: str
+    phase: str                          # "decode" or "prefill"
+    requests: List[Tuple[int, int]]     # (prefix_len, num_new_tokens) per request
+    causal: bool = True
+    tags: List[str] = field(default_factory=list)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.requests)
+
+    def kv_lens(self) -> List[int]:
+        return [p + n for p, n in self.requests]
+
+    def qo_lens(self) -> List[int]:
+        return [n for _, n in self.requests]
+
+    def uniform(self) -> bool:
+        return len(set(self.requests)) == 1
+
+    def kv_bytes(self) -> float:
+        """Bytes of K and V read once: the floor of a decode step's memory traffic."""
+        return float(sum(self.kv_lens())) * NUM_KV_HEADS * HEAD_DIM * 2 * DTYPE_BYTES
+
+    def visible_pairs(self) -> float:
+        """(query, key) pairs the mask leaves visible; causal queries sit at the end of their request."""
+        total = 0.0
+        for prefix, n in self.requests:
+            if self.causal:
+                total += n * prefix + n * (n + 1) / 2
+            else:
+                total += n * (prefix + n)
+        return total
+
+    def flops(self) -> float:
+        """Unmasked FLOPs: Q K^T and P V, 2 FLOPs a multiply-add each (causal counts only the visible part)."""
+        return 4.0 * self.visible_pairs() * NUM_QO_HEADS * HEAD_DIM
+
+    def metric(self) -> str:
+        return "TB/s" if self.phase == "decode" else "TFLOP/s"
+
+    def figure(self, ms: float) -> float:
+        """TB/s of KV read (decode) or TFLOP/s (prefill) for one call of `ms` milliseconds."""
+        work = self.kv_bytes() if self.phase == "decode" else self.flops()
+        return work / (ms * 1e-3) / 1e12
+
+    def attnkit_bench_args(self) -> Optional[List[str]]:
+        """`attnkit bench` options for this shape, or None where the tool has no way to say it."""
+        if not self.uniform():
+            return None
+        prefix, n = self.requests[0]
+        if self.phase == "decode":
+            return ["--phase", "decode", "--batch", str(self.batch_size), "--kv-len", str(prefix + n)]
+        if prefix == 0 and self.causal:
+            return ["--phase", "prefill", "--batch", str(self.batch_size), "--kv-len", str(n)]
+        return None
+
+
+def decode(batch: int, kv_len: int) -> Shape:
+    return Shape(f"decode {batch}x{kv_len}", "decode", [(kv_len - 1, 1)] * batch)
+
+
+SHAPES: List[Shape] = [
+    decode(64, 16384),
+    decode(128, 8192),
+    decode(64, 4096),
+    decode(16, 8192),
+    decode(1, 32768),
+    Shape("decode skewed 32x128+32x8192", "decode", [(127, 1)] * 32 + [(8191, 1)] * 32),
+    Shape("prefill causal 1x8192", "prefill", [(0, 8192)], causal=True),
+    Shape("prefill full 1x8192", "prefill", [(0, 8192)], causal=False),
+    Shape("chunked prefill 2048 on 30720", "prefill", [(30720, 2048)], causal=True),
+]
+
+
+def by_name(names: Optional[List[str]]) -> List[Shape]:
+    if not names:
+        return list(SHAPES)
+    known = {s.name: s for s in SHAPES}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise SystemExit(f"unknown shape(s) {missing}; known: {list(known)}")
+    return [known[n] for n in names]

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds, here, the attnkit tool and every test executable for the H200 (Release, sm_90a, static
+# CUDA runtime, libattnkit as one shared library) and stages them with the non-system shared
+# libraries they need into dist/, which a device call carries. device-check.sh runs them there.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build-device}"
+dist="$root/dist"
+jobs="${JOBS:-2}"
+cuda_lib="${CUDA_LIB_DIR:-/usr/local/cuda/lib64}"
+
+# Static CUDA runtime: CUDA::cudart is pointed at libcudart_static.a through its cache variable
+# (FindCUDAToolkit keeps a preset value), so the binaries need only the driver's libcuda there.
+# libattnkit is shared so the dozen test executables do not each carry every kernel's fatbin
+# (the carried tree is limited to 64 MiB). The rpath finds it both in the build tree (ctest here)
+# and in dist/ (lib/ beside the tool, ../lib beside the tests).
+rpath='$ORIGIN;$ORIGIN/..;$ORIGIN/../..;$ORIGIN/lib;$ORIGIN/../lib'
+cmake -S "$root" -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DCMAKE_CUDA_RUNTIME_LIBRARY=Static \
+  -DCUDA_cudart_LIBRARY="$cuda_lib/libcudart_static.a" \
+  -DBUILD_SHARED_LIBS=ON \
+  -DATTNKIT_BUILD_TESTS=ON \
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+  "-DCMAKE_INSTALL_RPATH=$rpath" \
+  ${ATTNKIT_CMAKE_ARGS:-} >/dev/null
+ninja -C "$build" -j "$jobs"
+
+rm -rf "$dist"
+mkdir -p "$dist/lib" "$dist/tests"
+cp "$build/tools/attnkit/attnkit" "$dist/"
+cp "$build"/libattnkit.so* "$dist/lib/" 2>/dev/null || cp "$build"/*/libattnkit.so* "$dist/lib/"
+# Every test executable CMake built (the names come from the build tree, so new ones are picked up).
+while IFS= read -r exe; do
+  cp "$exe" "$dist/tests/"
+done < <(find "$build/tests" -maxdepth 1 -type f -executable -name '*_tests' 2>/dev/null)
+
+# Shared libraries the device image lacks: anything not from the C/C++ runtime, the driver or
+# the CUDA toolkit (libcublas is in the toolkit there). Copied with their soname.
+missing_ok='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libattnkit'
+for bin in "$dist/attnkit" "$dist"/tests/* "$dist"/lib/libattnkit.so*; do
+  [[ -f "$bin" ]] && ldd "$bin" | awk '/=>/ {print $1, $3}'
+done | sort -u | while read -r name path; do
+  if ! grep -Eq "$missing_ok" <<<"$name" && [[ -f "$path" ]]; then
+    cp -L "$path" "$dist/lib/$name"
+  fi
+done
+git -C "$root" rev-parse --short HEAD > "$dist/COMMIT"
+git -C "$root" status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)" >> "$dist/COMMIT"
+
+echo "== dist/ ($(du -sh "$dist" | cut -f1))"
+ls -la "$dist" "$dist/lib" "$dist/tests"
+echo "== what the tool needs (ldd)"
+ldd "$dist/attnkit"

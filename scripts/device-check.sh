@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Runs ON THE GPU MACHINE: the GPU tests, `attnkit check` over the GPU backends, `attnkit bench` and
+# the peers (bench/peers) on the same shapes, then one short table. Uses the binaries staged in
+# dist/ by build-for-device.sh when present, else builds from the carried third_party/.
+#
+#   scripts/device-check.sh [--no-tests] [--no-check] [--no-bench] [--no-peers] [--sanitize]
+#                           [--shapes "NAME;NAME"] [--backends "a b"] [--tests "x_tests y_tests"]
+# Environment: TEST_TIMEOUT (s a test executable, 300), BENCH_MAX_SECONDS (a backend and shape, 10),
+# PEERS_TIMEOUT (s for all peers, 480), PEERS_ARGS (more run_peers.py options, e.g. --flex-shapes).
+# Full logs go to $OUT (or ./out): device-check.log, tests.log, attnkit.json, peers.json,
+# summary.md, sanitizer.log, flashinfer-aot.tar.xz (FlashInfer's compiled modules, for reuse).
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${OUT:-$root/out}"
+mkdir -p "$out"
+exec > >(tee -a "$out/device-check.log") 2>&1
+
+run_tests=1 run_check=1 run_bench=1 run_peers=1 sanitize=0
+shapes_arg="" backends_arg="" tests_arg=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --no-tests) run_tests=0 ;;
+    --no-check) run_check=0 ;;
+    --no-bench) run_bench=0 ;;
+    --no-peers) run_peers=0 ;;
+    --sanitize) sanitize=1 ;;
+    --shapes) shapes_arg="$2"; shift ;;
+    --backends) backends_arg="$2"; shift ;;
+    --tests) tests_arg="$2"; shift ;;
+    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    *) echo "device-check: unknown option $1"; exit 2 ;;
+  esac
+  shift
+done
+shape_opts=()
+if [[ -n "$shapes_arg" ]]; then IFS=';' read -r -a shapes <<<"$shapes_arg"; shape_opts=(--shapes "${shapes[@]}"); fi
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+section() { echo; echo "==================== $1 ($(date -u +%H:%M:%S))"; }
+
+section "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  --format=csv,noheader || note "nvidia-smi failed"
+echo "commit: $(cat dist/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# Where libcublas.so.13 lives on this image (the toolkit, or the CUDA wheels beside torch).
+cublas_dirs=$( (ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null;
+  python3 -c 'import nvidia, os; print("\n".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null) |
+  while read -r d; do [[ -e "$d/libcublas.so.13" ]] && echo "$d"; done | paste -sd:)
+section "binaries"
+if [[ -x dist/attnkit ]]; then
+  tool=dist/attnkit
+  test_dir=dist/tests
+  export LD_LIBRARY_PATH="$root/dist/lib${cublas_dirs:+:$cublas_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  echo "no dist/: building here with CMake + ninja"
+  cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null &&
+    ninja -C build-device -j "$(nproc)" >"$out/build.log" 2>&1 || { note "build FAILED (see build.log)"; tail -30 "$out/build.log"; }
+  tool=build-device/tools/attnkit/attnkit
+  test_dir=build-device/tests
+  export LD_LIBRARY_PATH="${cublas_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if ldd "$tool" | grep "not found"; then note "missing shared libraries for $tool (above)"; fi
+"$tool" list || note "attnkit list FAILED"
+gpu_backends="${backends_arg:-$("$tool" list 2>/dev/null | awk 'NR > 1 && $2 == "cuda" {print $1}' | paste -sd' ')}"
+echo "GPU backends: ${gpu_backends:-none}"
+
+if [[ $run_tests == 1 ]]; then
+  section "tests"
+  passed=0 failed=0 skipped=0 bad=()
+  for t in ${tests_arg:-$(ls "$test_dir" 2>/dev/null)}; do
+    exe="$test_dir/$t"
+    [[ -x "$exe" ]] || continue
+    echo "-- $t"
+    timeout "${TEST_TIMEOUT:-300}" "$exe" --gtest_color=no >"$out/tests.$t.tmp" 2>&1
+    rc=$?
+    cat "$out/tests.$t.tmp" >>"$out/tests.log"
+    p=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$out/tests.$t.tmp" | tail -1)
+    f=$(grep -oP '^\[  FAILED  \] \K[0-9]+(?= tests?, listed)' "$out/tests.$t.tmp" | tail -1)
+    s=$(grep -oP '^\[  SKIPPED \] \K[0-9]+(?= tests?, listed)' "$out/tests.$t.tmp" | tail -1)
+    passed=$((passed + ${p:-0})) failed=$((failed + ${f:-0})) skipped=$((skipped + ${s:-0}))
+    grep -E '^\[  (FAILED|SKIPPED) \] [A-Za-z]|skipped  \]' "$out/tests.$t.tmp" | sort -u | head -20
+    if [[ $rc -ne 0 ]]; then bad+=("$t(rc=$rc)"); [[ -z "$f" ]] && failed=$((failed + 1)); fi
+    rm -f "$out/tests.$t.tmp"
+  done
+  note "tests: $passed passed, $failed failed, $skipped skipped${bad:+; failing binaries: ${bad[*]}}"
+fi
+
+if [[ $run_check == 1 ]]; then
+  section "attnkit check"
+  for b in $gpu_backends; do
+    if "$tool" check --backend "$b" --standard --cases 30; then note "check $b: ok"; else note "check $b: FAILED"; fi
+  done
+fi
+
+if [[ $run_bench == 1 ]]; then
+  section "attnkit bench"
+  python3 bench/run_attnkit.py --tool "$tool" --json "$out/attnkit.json" --ceilings \
+    --max-seconds "${BENCH_MAX_SECONDS:-10}" \
+    --backends $gpu_backends "${shape_opts[@]}" || note "attnkit bench FAILED"
+fi
+
+if [[ $run_peers == 1 ]]; then
+  section "peers"
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || note "wheel install FAILED"
+    # Modules compiled by an earlier run (run_peers.py --save-aot) load without compiling again.
+    if [[ -f .whl/flashinfer-aot.tar.xz ]]; then
+      mkdir -p /tmp/site/flashinfer/data/aot && tar -xJf .whl/flashinfer-aot.tar.xz -C /tmp/site/flashinfer/data/aot
+    fi
+  else
+    echo "no .whl/: FlashInfer peers are skipped (run scripts/fetch-third-party.sh where pip works)"
+  fi
+  export FLASHINFER_CUDA_ARCH_LIST="9.0a" FLASHINFER_WORKSPACE_BASE=/tmp PYTHONUNBUFFERED=1
+  # shellcheck disable=SC2086 # PEERS_ARGS is a list of options
+  timeout "${PEERS_TIMEOUT:-480}" python3 bench/peers/run_peers.py --json "$out/peers.json" --prebuild \
+    --save-aot "$out/flashinfer-aot.tar.xz" "${shape_opts[@]}" ${PEERS_ARGS:-} || note "peers FAILED or timed out"
+fi
+
+if [[ $sanitize == 1 ]]; then
+  section "compute-sanitizer"
+  # Small shapes only: the standard conformance table of each GPU test binary.
+  for t in ${SANITIZE_TESTS:-$(ls "$test_dir" | grep -Ev '^(core|reference|conformance|tool)_tests$')}; do
+    for tool_name in memcheck racecheck; do
+      if compute-sanitizer --tool "$tool_name" --error-exitcode 99 "$test_dir/$t" \
+          --gtest_filter="${SANITIZE_FILTER:-*Standard*}" >>"$out/sanitizer.log" 2>&1; then
+        note "sanitizer $tool_name $t: clean"
+      else
+        note "sanitizer $tool_name $t: ERRORS (see sanitizer.log)"
+      fi
+    done
+  done
+fi
+
+section "summary"
+printf '%s\n' "${summary[@]}"
+python3 bench/summarize.py --attnkit "$out/attnkit.json" --peers "$out/peers.json" --markdown "$out/summary.md"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Prepares, on a machine with package registries, what the GPU machine lacks, into ignored folders
+# that a device call carries: third_party/prefix (Debian libraries), third_party/googletest (sources),
+# .whl (FlashInfer and its missing Python dependencies). Building and staging is build-for-device.sh.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+# FlashInfer: the newest release at the time of writing; it builds its kernels with nvcc at run
+# time (tvm-ffi modules, no torch ABI), so it is independent of the device's torch version.
+FLASHINFER_VERSION="${FLASHINFER_VERSION:-0.7.4}"
+TVM_FFI_SPEC="${TVM_FFI_SPEC:-apache-tvm-ffi>=0.1.11,<0.2}"
+DEBS=(libhwy-dev libhwy1 libcli11-dev nlohmann-json3-dev googletest)
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== Debian packages: ${DEBS[*]}"
+(cd "$tmp" && apt-get download "${DEBS[@]}" >/dev/null)
+rm -rf third_party/prefix third_party/googletest
+mkdir -p third_party/prefix
+for deb in "$tmp"/*.deb; do
+  case "$(basename "$deb")" in
+    googletest_*) dpkg -x "$deb" "$tmp/gtest" ;;
+    *) dpkg -x "$deb" third_party/prefix ;;
+  esac
+done
+# The -dev package's libhwy.so points at the runtime library by a relative link; keep only what
+# a build needs (headers, CMake/pkg-config files, libraries).
+rm -rf third_party/prefix/usr/share/doc third_party/prefix/usr/share/lintian
+cp -r "$tmp/gtest/usr/src/googletest" third_party/googletest
+
+echo "== Python wheels (Python 3.12, manylinux x86_64) into .whl/"
+rm -rf .whl
+mkdir -p .whl
+platforms=()
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+         manylinux2014_x86_64 manylinux1_x86_64; do
+  platforms+=(--platform "$p")
+done
+pip_download() {
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${platforms[@]}" -d "$1" "$2"
+}
+pip_download "$tmp/wheels" "flashinfer-python==${FLASHINFER_VERSION}"
+# Of flashinfer-python's Requires-Dist, the device lacks apache-tvm-ffi (needed) and cuda-tile,
+# nccl4py, nccl-extensions, nvidia-cudnn-frontend and nvidia-cutlass-dsl, whose imports FlashInfer
+# guards (they serve other kernels); the rest (torch, numpy, jinja2, ninja, ...) are there.
+pip_download .whl "$TVM_FFI_SPEC"
+python3 scripts/slim_wheel.py "$tmp"/wheels/flashinfer_python-*.whl \
+  ".whl/$(basename "$tmp"/wheels/flashinfer_python-*.whl)"
+
+echo "== sizes"
+du -sh third_party/prefix third_party/googletest .whl
