@@ -6,7 +6,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-device}"
-dist="$root/dist"
+dist="${DIST_DIR:-$root/dist}"
 jobs="${JOBS:-2}"
 cuda_lib="${CUDA_LIB_DIR:-/usr/local/cuda/lib64}"
 

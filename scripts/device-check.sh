@@ -6,7 +6,8 @@
 #   scripts/device-check.sh [--no-tests] [--no-check] [--no-bench] [--no-peers] [--sanitize]
 #                           [--shapes "NAME;NAME"] [--backends "a b"] [--tests "x_tests y_tests"]
 # Environment: TEST_TIMEOUT (s a test executable, 300), BENCH_MAX_SECONDS (a backend and shape, 10),
-# PEERS_TIMEOUT (s for all peers, 480), PEERS_ARGS (more run_peers.py options, e.g. --flex-shapes).
+# PEERS_TIMEOUT (s for all peers, 480), FLEX_SHAPES ("NAME;NAME": where FlexAttention is compiled
+# and timed), PEERS_ARGS (more run_peers.py options).
 # Full logs go to $OUT (or ./out): device-check.log, tests.log, attnkit.json, peers.json,
 # summary.md, sanitizer.log, flashinfer-aot.tar.xz (FlashInfer's compiled modules, for reuse).
 set -uo pipefail
@@ -114,10 +115,12 @@ if [[ $run_peers == 1 ]]; then
   else
     echo "no .whl/: FlashInfer peers are skipped (run scripts/fetch-third-party.sh where pip works)"
   fi
-  export FLASHINFER_CUDA_ARCH_LIST="9.0a" FLASHINFER_WORKSPACE_BASE=/tmp PYTHONUNBUFFERED=1
+  export FLASHINFER_WORKSPACE_BASE=/tmp PYTHONUNBUFFERED=1
+  peers_opts=()
+  if [[ -n "${FLEX_SHAPES:-}" ]]; then IFS=';' read -r -a fs <<<"$FLEX_SHAPES"; peers_opts=(--flex-shapes "${fs[@]}"); fi
   # shellcheck disable=SC2086 # PEERS_ARGS is a list of options
   timeout "${PEERS_TIMEOUT:-480}" python3 bench/peers/run_peers.py --json "$out/peers.json" --prebuild \
-    --save-aot "$out/flashinfer-aot.tar.xz" "${shape_opts[@]}" ${PEERS_ARGS:-} || note "peers FAILED or timed out"
+    --save-aot "$out/flashinfer-aot.tar.xz" "${shape_opts[@]}" "${peers_opts[@]}" ${PEERS_ARGS:-} || note "peers FAILED or timed out"
 fi
 
 if [[ $sanitize == 1 ]]; then

@@ -119,7 +119,6 @@ def main() -> int:
     ap.add_argument("--prebuild", action="store_true", help="compile FlashInfer's modules first, in parallel")
     ap.add_argument("--save-aot", help="pack compiled FlashInfer modules into this .tar.xz")
     args = ap.parse_args()
-    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
 
     names = [n for n in args.peers if n in peers.PEERS]
     fi_version = peers.flashinfer_version()
