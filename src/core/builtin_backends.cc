@@ -8,6 +8,7 @@ void register_reference_backend(Registry& registry);
 void register_cpu_backend(Registry& registry);
 #ifdef ATTNKIT_WITH_CUDA
 void register_cuda_naive_backend(Registry& registry);
+void register_planned_backend(Registry& registry);
 #endif
 
 void register_builtin_backends(Registry& registry) {
@@ -15,6 +16,7 @@ void register_builtin_backends(Registry& registry) {
   register_cpu_backend(registry);
 #ifdef ATTNKIT_WITH_CUDA
   register_cuda_naive_backend(registry);
+  register_planned_backend(registry);
 #endif
 }
 

@@ -1,0 +1,87 @@
+// Host cost of the `planned` backend's plan (Google Benchmark): the decode scheduler alone, and with
+// the batch's CSR arrays written into the staging layout (everything but the one upload call).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "backends/planned/plan.h"
+
+namespace {
+
+using namespace attnkit;
+using namespace attnkit::planned;
+
+// A decode batch of `n` requests (llama3-8b heads, page size 16): lengths drawn from
+// [128, max_len] (a single request: max_len), or the skewed mix (half 128, half 8192) when
+// max_len is 0.
+ForwardBatch make_batch(int n, int max_len, uint64_t seed) {
+  constexpr int kPage = 16;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> len_dist(128, max_len > 0 ? max_len : 128);
+  ForwardBatch b;
+  b.mode = ForwardMode::decode;
+  b.page_size = kPage;
+  b.qo_indptr.push_back(0);
+  b.kv_page_indptr.push_back(0);
+  int next_page = 0;
+  for (int i = 0; i < n; ++i) {
+    const int kv_len = max_len <= 0 ? (i % 2 == 0 ? 128 : 8192) : n == 1 ? max_len : len_dist(rng);
+    const int pages = (kv_len + kPage - 1) / kPage;
+    for (int p = 0; p < pages; ++p) b.kv_page_indices.push_back(next_page++);
+    b.qo_indptr.push_back(i + 1);
+    b.kv_page_indptr.push_back(static_cast<int32_t>(b.kv_page_indices.size()));
+    b.kv_last_page_len.push_back((kv_len - 1) % kPage + 1);
+    b.prefix_lens.push_back(kv_len - 1);
+    b.out_cache_loc.push_back(int64_t{next_page - 1} * kPage + (kv_len - 1) % kPage);
+  }
+  return b;
+}
+
+PlanShape llama3_8b_shape() {
+  PlanShape s;
+  s.num_qo_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = 128;
+  s.num_ctas = 132 * 2;  // H200: 132 SMs, 2 decode CTAs each at head_dim 128
+  return s;
+}
+
+void BM_PlanDecode(benchmark::State& state) {
+  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 1);
+  const PlanShape shape = llama3_8b_shape();
+  const PlanCapacity cap = capacity_for(b, shape);
+  const PlanLayout layout = make_layout(cap, shape, 1);
+  std::vector<std::byte> staging(layout.total_bytes);
+  for (auto _ : state) {
+    DecodePlanStats st = plan_decode(b, shape, -1, decode_view(layout, cap, shape, 0, staging.data()));
+    benchmark::DoNotOptimize(st);
+  }
+  const DecodePlanStats st = plan_decode(b, shape, -1, decode_view(layout, cap, shape, 0, staging.data()));
+  state.counters["items"] = st.num_items;
+  state.counters["merges"] = st.num_merges;
+  state.counters["balance"] = static_cast<double>(st.max_cta_cost) * shape.num_ctas / static_cast<double>(st.total_cost);
+}
+
+void BM_PlanDecodeWithBatchArrays(benchmark::State& state) {
+  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 1);
+  const PlanShape shape = llama3_8b_shape();
+  for (auto _ : state) {
+    const PlanCapacity cap = capacity_for(b, shape);
+    const PlanLayout layout = make_layout(cap, shape, 1);
+    static std::vector<std::byte> staging;
+    if (staging.size() < layout.total_bytes) staging.resize(layout.total_bytes);
+    write_batch_arrays(b, layout, staging.data());
+    DecodePlanStats st = plan_decode(b, shape, -1, decode_view(layout, cap, shape, 0, staging.data()));
+    benchmark::DoNotOptimize(st);
+  }
+  state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
+}
+
+// (requests, max kv_len; 0 = the skewed 128/8192 mix)
+BENCHMARK(BM_PlanDecode)->Args({256, 4096})->Args({256, 16384})->Args({64, 16384})->Args({64, 0})->Args({1, 32768});
+BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096})->Args({256, 512});
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,242 @@
+// PlannedBackend: plan once per batch (host scheduler + one upload), then per layer: store K/V,
+// the extend kernel over the requests with several new tokens, the decode kernel and its merge
+// over the requests with one. Work goes to the calling thread's default stream.
+#include "backends/planned/backend.h"
+
+#include <algorithm>
+
+#include "attnkit/registry.h"
+#include "backends/planned/kernels/decode.h"
+#include "backends/planned/kernels/merge.h"
+#include "backends/planned/kernels/prefill.h"
+#include "cuda/check.h"
+#include "cuda/memory.h"
+
+namespace attnkit {
+
+namespace {
+
+#ifdef ATTNKIT_PLANNED_PREFILL
+constexpr bool kHaveExtendKernel = true;
+#else
+constexpr bool kHaveExtendKernel = false;
+#endif
+
+// The thread's default stream: capturable into a CUDA graph, and (blocking) ordered with the
+// legacy default stream that other library code may use.
+cudaStream_t stream() { return cudaStreamPerThread; }
+
+}  // namespace
+
+Capabilities planned_capabilities() {
+  Capabilities c;
+  c.device = Device::cuda;
+  c.q_dtypes = {DType::f16, DType::bf16};
+  c.kv_dtypes = {DType::f16, DType::bf16, DType::e4m3};
+  c.head_dims = {64, 128, 256};
+  c.min_page_size = 1;
+  c.max_page_size = 256;
+  c.extend = kHaveExtendKernel;
+  c.mixed = kHaveExtendKernel;
+  c.cuda_graph = true;
+  return c;  // MLA off (the `mla` backend's job); every other feature on
+}
+
+PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend(context) {
+  std::string why_not;
+  ATTNKIT_CHECK(cuda_available(&why_not), "planned: ", why_not);
+  const KvCacheConfig& c = cache().config();
+  shape_.num_kv_heads = c.num_kv_heads;
+  shape_.head_dim = c.head_dim_k;
+  shape_.num_qo_heads = model().num_layers() > 0 ? model().layer(0).num_qo_heads : c.num_kv_heads;
+  // The grid is sized for the likely q dtype (the cache's, or bf16 over e4m3); another q dtype
+  // still runs, at most in a second wave. An unsupported shape is refused at plan time.
+  const DType likely_q = c.dtype == DType::f16 ? DType::f16 : DType::bf16;
+  int ctas_per_sm = 1;
+  if (planned::decode_unsupported(shape_.head_dim, likely_q, c.dtype).empty() && !c.mla) {
+    ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(shape_.head_dim, likely_q, c.dtype));
+  }
+  shape_.num_ctas = cuda::device_info().num_sms * ctas_per_sm;
+
+  // Layers differ at most in window, sinks, soft-cap and scale: one plan variant per window.
+  std::vector<float> sinks(static_cast<size_t>(model().num_layers()) * shape_.num_qo_heads, 0.0f);
+  for (int l = 0; l < model().num_layers(); ++l) {
+    const AttentionSpec& s = model().layer(l);
+    ATTNKIT_CHECK(s.num_qo_heads == shape_.num_qo_heads, "planned: every layer must have ", shape_.num_qo_heads,
+                  " query heads, layer ", l, " has ", s.num_qo_heads);
+    auto it = std::find(windows_.begin(), windows_.end(), s.window_left);
+    if (it == windows_.end()) it = windows_.insert(windows_.end(), s.window_left);
+    layer_variant_.push_back(static_cast<int>(it - windows_.begin()));
+    layer_sinks_.push_back(!s.sinks.empty());
+    if (!s.sinks.empty()) {
+      ATTNKIT_CHECK(static_cast<int>(s.sinks.size()) == shape_.num_qo_heads, "planned: layer ", l, " has ",
+                    s.sinks.size(), " sinks, expected num_qo_heads = ", shape_.num_qo_heads);
+      std::copy(s.sinks.begin(), s.sinks.end(), sinks.begin() + static_cast<std::ptrdiff_t>(l) * shape_.num_qo_heads);
+    }
+  }
+  ATTNKIT_CHECK(windows_.size() <= static_cast<size_t>(planned::PlanLayout::kMaxVariants), "planned: the model has ",
+                windows_.size(), " distinct window_left values, at most ", planned::PlanLayout::kMaxVariants,
+                " are supported");
+  sinks_ = Buffer(Device::cuda, std::max<size_t>(sinks.size() * sizeof(float), 16));
+  if (!sinks.empty()) sinks_.copy_from_host(sinks.data(), sinks.size() * sizeof(float));
+  // Fixed-size split-KV partials: the bound holds for any batch, so graphs never see them move.
+  const size_t rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;
+  partials_ = Buffer(Device::cuda, std::max<size_t>(rows * (static_cast<size_t>(shape_.head_dim) + 1) * 4, 16));
+}
+
+void PlannedBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages) {
+  ATTNKIT_CHECK(max_batch_size >= 1, "planned init_cuda_graph_state: max_batch_size must be >= 1, got ", max_batch_size);
+  ATTNKIT_CHECK(max_num_pages >= 1, "planned init_cuda_graph_state: max_num_pages must be >= 1, got ", max_num_pages);
+  planned::PlanCapacity c;
+  c.batch_size = max_batch_size;
+  c.num_pages = max_num_pages;
+  c.num_tokens = max_batch_size;  // decode: one token a request
+  c.decode_items = planned::max_decode_items(max_batch_size, shape_);
+  graph_.freeze(c, shape_, num_variants());
+}
+
+void PlannedBackend::synchronize() { ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+size_t PlannedBackend::workspace_bytes() const {
+  return dynamic_.bytes() + graph_.bytes() + partials_.nbytes() + sinks_.nbytes();
+}
+
+void PlannedBackend::plan(const ForwardBatch& batch) {
+  const planned::PlanCapacity need = planned::capacity_for(batch, shape_);
+  planned::PlanArena* arena = &dynamic_;
+  if (graph_.frozen() && batch.mode == ForwardMode::decode && batch.custom_mask.empty() &&
+      graph_.capacity().fits(need)) {
+    arena = &graph_;
+  } else {
+    dynamic_.reserve(need, shape_, num_variants());
+  }
+  std::byte* staging = arena->begin_write();
+  const planned::PlanLayout& layout = arena->layout();
+  planned::write_batch_arrays(batch, layout, staging);
+  for (int v = 0; v < num_variants(); ++v) {
+    stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)],
+                                     planned::decode_view(layout, arena->capacity(), shape_, v, staging));
+  }
+  num_prefill_items_ = 0;
+  if (need.prefill_items > 0) {
+    auto* items = reinterpret_cast<planned::PrefillWorkItem*>(staging + layout.prefill_items);
+    num_prefill_items_ =
+        planned::plan_prefill(batch, shape_, {items, static_cast<size_t>(arena->capacity().prefill_items)});
+  }
+  arena->upload(layout.used_bytes(static_cast<int>(batch.kv_page_indices.size())), stream());
+  active_ = arena;
+}
+
+void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& out) {
+  const AttentionSpec& spec = model().layer(layer);
+  const KvCacheConfig& c = cache().config();
+  const ForwardBatch& b = batch();
+  const planned::PlanLayout& l = active_->layout();
+  // Refused before any work (the cache store included): both kernels' own support answers, now
+  // that q's dtype is known.
+  const std::string why = planned::decode_unsupported(spec.head_dim_qk, q.dtype, c.dtype);
+  ATTNKIT_CHECK(why.empty(), "planned: ", why);
+
+  const bool fp8 = c.dtype == DType::e4m3;
+  const bool has_mask = !b.custom_mask.empty();
+  const float* sinks = layer_sinks_[static_cast<size_t>(layer)]
+                           ? static_cast<const float*>(sinks_.data()) + static_cast<size_t>(layer) * shape_.num_qo_heads
+                           : nullptr;
+  const uint8_t* mask = has_mask ? active_->device<uint8_t>(l.custom_mask) : nullptr;
+  const int64_t* mask_indptr = has_mask ? active_->device<int64_t>(l.custom_mask_indptr) : nullptr;
+
+#ifdef ATTNKIT_PLANNED_PREFILL
+  planned::PrefillParams pre;
+  if (num_prefill_items_ > 0) {
+    pre.q = q.data;
+    pre.out = out.data;
+    pre.lse = nullptr;
+    pre.k_pool = cache().k_pool(layer);
+    pre.v_pool = cache().v_pool(layer);
+    pre.qo_indptr = active_->device<int32_t>(l.qo_indptr);
+    pre.kv_page_indptr = active_->device<int32_t>(l.kv_page_indptr);
+    pre.kv_page_indices = active_->device<int32_t>(l.kv_page_indices);
+    pre.kv_last_page_len = active_->device<int32_t>(l.kv_last_page_len);
+    pre.prefix_lens = active_->device<int32_t>(l.prefix_lens);
+    pre.custom_mask = mask;
+    pre.custom_mask_indptr = mask_indptr;
+    pre.sinks = sinks;
+    pre.work = active_->device<planned::PrefillWorkItem>(l.prefill_items);
+    pre.num_work_items = num_prefill_items_;
+    pre.partial_o = nullptr;  // extend items are never split: no partials, no merge
+    pre.partial_lse = nullptr;
+    pre.batch_size = b.batch_size();
+    pre.num_qo_heads = spec.num_qo_heads;
+    pre.num_kv_heads = spec.num_kv_heads;
+    pre.head_dim = spec.head_dim_qk;
+    pre.page_size = c.page_size;
+    pre.sm_scale = spec.scale();
+    pre.logits_soft_cap = spec.logits_soft_cap;
+    pre.window_left = spec.window_left;
+    pre.causal = spec.causal;
+    pre.k_scale = fp8 ? c.k_scale : 1.0f;
+    pre.v_scale = fp8 ? c.v_scale : 1.0f;
+    pre.q_dtype = q.dtype;
+    pre.kv_dtype = c.dtype;
+    planned::check_prefill_params(pre);
+  }
+#endif
+
+  cache().store(layer, k, v, TensorView(active_->device<int64_t>(l.out_cache_loc), DType::i64, Device::cuda,
+                                        {b.num_tokens()}));
+#ifdef ATTNKIT_PLANNED_PREFILL
+  if (num_prefill_items_ > 0) planned::launch_prefill(pre, stream());
+#endif
+
+  const int var = layer_variant_[static_cast<size_t>(layer)];
+  // A graph captured on the frozen buffer must launch the same kernels whatever plan it replays.
+  const bool graph = active_ == &graph_;
+  if (stats_[var].num_items == 0 && !graph) return;
+  planned::DecodeParams dec;
+  dec.q = q.data;
+  dec.out = out.data;
+  dec.k_pool = cache().k_pool(layer);
+  dec.v_pool = cache().v_pool(layer);
+  dec.kv_page_indices = active_->device<int32_t>(l.kv_page_indices);
+  dec.custom_mask = mask;
+  dec.custom_mask_indptr = mask_indptr;
+  dec.sinks = sinks;
+  dec.cta_item_indptr = active_->device<int32_t>(l.cta_item_indptr[var]);
+  dec.items = active_->device<planned::DecodeWorkItem>(l.decode_items[var]);
+  const size_t partial_rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;
+  dec.partial_o = static_cast<float*>(partials_.data());
+  dec.partial_lse = dec.partial_o + partial_rows * static_cast<size_t>(shape_.head_dim);
+  dec.num_merges = active_->device<int32_t>(l.num_merges[var]);
+  const bool merge = stats_[var].num_merges > 0 || graph;
+  dec.merges = merge ? active_->device<planned::DecodeMergeItem>(l.merges[var]) : nullptr;
+  dec.num_ctas = shape_.num_ctas;
+  dec.num_qo_heads = spec.num_qo_heads;
+  dec.num_kv_heads = spec.num_kv_heads;
+  dec.head_dim = spec.head_dim_qk;
+  dec.page_size = c.page_size;
+  dec.sm_scale = spec.scale();
+  dec.logits_soft_cap = spec.logits_soft_cap;
+  dec.k_scale = fp8 ? c.k_scale : 1.0f;
+  dec.v_scale = fp8 ? c.v_scale : 1.0f;
+  dec.q_dtype = q.dtype;
+  dec.kv_dtype = c.dtype;
+  planned::launch_decode(dec, stream());
+  planned::launch_decode_merge(dec, stream());
+}
+
+void register_planned_backend(Registry& registry) {
+  registry.add({.name = "planned",
+                .description = "plan/run: a host scheduler balances paged split-KV work across SMs, reused by every layer",
+                .device = Device::cuda,
+                .capabilities = planned_capabilities,
+                .why_unavailable = [] {
+                  std::string why;
+                  return cuda_available(&why) ? std::string() : why;
+                },
+                .create = [](const BackendContext& ctx) -> std::unique_ptr<AttentionBackend> {
+                  return std::make_unique<PlannedBackend>(ctx);
+                }});
+}
+
+}  // namespace attnkit

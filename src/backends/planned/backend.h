@@ -1,0 +1,59 @@
+// The `planned` backend: init_forward_metadata plans the batch on the host once (plan.h) and
+// uploads the plan with the batch in one copy (graph_state.h); every layer's forward only launches:
+// the extend kernel for requests with several new tokens, the decode kernel and its merge for
+// requests with one. The kernels live in kernels/.
+#pragma once
+
+#include <vector>
+
+#include "attnkit/backend.h"
+#include "backends/planned/graph_state.h"
+#include "backends/planned/plan.h"
+
+namespace attnkit {
+
+Capabilities planned_capabilities();
+
+class PlannedBackend final : public AttentionBackend {
+ public:
+  explicit PlannedBackend(const BackendContext& context);
+  std::string name() const override { return "planned"; }
+  Capabilities capabilities() const override { return planned_capabilities(); }
+
+  // Freezes a second plan buffer at fixed addresses for decode batches of up to max_batch_size
+  // requests and max_num_pages pages: a forward_decode captured in a graph then replays any such
+  // batch planned afterwards (same batch size: q and out keep their shapes). Other batches (extend,
+  // custom masks, larger) are planned into the ordinary buffer and must not be replayed.
+  void init_cuda_graph_state(int max_batch_size, int max_num_pages) override;
+  void synchronize() override;
+  size_t workspace_bytes() const override;
+
+  // The last plan, per window variant (tests and benchmarks).
+  const planned::DecodePlanStats& decode_stats(int variant = 0) const { return stats_[variant]; }
+  const planned::PlanShape& plan_shape() const { return shape_; }
+  int num_variants() const { return static_cast<int>(windows_.size()); }
+
+ protected:
+  void plan(const ForwardBatch& batch) override;
+  void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                  const TensorView& out) override;
+  void run_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                  const TensorView& out) override {
+    run_extend(layer, q, k, v, out);  // one path: the plan already routed every request
+  }
+
+ private:
+  planned::PlanShape shape_;
+  std::vector<int> windows_;        // distinct window_left values; the plan has one variant each
+  std::vector<int> layer_variant_;  // [num_layers] index into windows_
+  std::vector<char> layer_sinks_;   // [num_layers] 1 where the layer has sinks
+  planned::PlanArena dynamic_;      // grows with the batches
+  planned::PlanArena graph_;        // frozen by init_cuda_graph_state
+  planned::PlanArena* active_ = nullptr;
+  planned::DecodePlanStats stats_[planned::PlanLayout::kMaxVariants];
+  int num_prefill_items_ = 0;
+  Buffer partials_;  // partial_o [max_partials, kDecodeRows, head_dim] then partial_lse [max_partials, kDecodeRows]
+  Buffer sinks_;     // [num_layers, num_qo_heads] f32
+};
+
+}  // namespace attnkit

@@ -1,0 +1,76 @@
+// Device memory the `planned` backend plans into: a pinned staging buffer and its device twin,
+// laid out by plan.h's PlanLayout and uploaded with one copy. A frozen arena (CUDA graphs) keeps
+// its addresses for life, so a captured decode replays whatever plan was uploaded last.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "backends/planned/plan.h"
+
+typedef struct CUevent_st* cudaEvent_t;
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+
+namespace attnkit::planned {
+
+class PlanArena {
+ public:
+  PlanArena() = default;
+  ~PlanArena();
+  PlanArena(const PlanArena&) = delete;
+  PlanArena& operator=(const PlanArena&) = delete;
+
+  // Makes room for `need` (growing by half again, so a slowly growing batch reallocates rarely).
+  // A frozen arena never moves: it answers whether `need` fits.
+  bool reserve(const PlanCapacity& need, const PlanShape& shape, int num_variants);
+  // Allocates exactly `capacity` and freezes the arena (init_cuda_graph_state).
+  void freeze(const PlanCapacity& capacity, const PlanShape& shape, int num_variants);
+  bool frozen() const { return frozen_; }
+
+  // The staging buffer, once the previous upload out of it has finished.
+  std::byte* begin_write();
+  // One host-to-device copy of [0, bytes), ordered on `stream`.
+  void upload(size_t bytes, cudaStream_t stream);
+
+  const PlanLayout& layout() const { return layout_; }
+  const PlanCapacity& capacity() const { return capacity_; }
+  template <typename T>
+  T* device(size_t offset) const {
+    return reinterpret_cast<T*>(static_cast<std::byte*>(device_) + offset);
+  }
+  size_t bytes() const { return layout_.total_bytes; }
+
+ private:
+  void allocate(const PlanCapacity& capacity, const PlanShape& shape, int num_variants);
+  void release() noexcept;
+
+  PlanCapacity capacity_;
+  PlanLayout layout_;
+  void* device_ = nullptr;   // [layout_.total_bytes]
+  void* staging_ = nullptr;  // [layout_.total_bytes] pinned host memory
+  cudaEvent_t uploaded_ = nullptr;
+  bool pending_ = false;     // an upload out of staging_ may still be in flight
+  bool frozen_ = false;
+};
+
+// A CUDA graph of what `body` enqueues on the calling thread's default stream (the stream the
+// backend and the cache store use), replayed on that stream. Lives in the library, so callers
+// need no CUDA runtime of their own.
+class CapturedGraph {
+ public:
+  CapturedGraph() = default;
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void capture(const std::function<void()>& body);
+  void replay();
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace attnkit::planned

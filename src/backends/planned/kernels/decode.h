@@ -1,0 +1,84 @@
+// The `planned` backend's decode kernel: the work list it reads (one item = one request, KV head,
+// query-head slice and KV chunk), its params, and the launcher. The mainloop lives in
+// decode_kernel.cuh, the dispatch switch in decode.cu; the planner that fills the list is plan.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "attnkit/dtype.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace attnkit::planned {
+
+// Query heads one decode CTA computes at once: the rows of one m16 mma tile. A GQA group of more
+// heads (MQA with 32, say) is cut into slices of this many, each reading the KV chunk once.
+inline constexpr int kDecodeRows = 16;
+// KV positions one mainloop step covers (4 warps x 16 keys); chunks are cut at multiples of it.
+inline constexpr int kDecodeTileKv = 64;
+
+// One unit of work: query heads [row_begin, row_begin + rows) of KV head `kv_head_idx`'s group, for
+// the one new token of request `request_idx`, against KV positions [kv_begin, kv_end).
+struct DecodeWorkItem {
+  int32_t token_idx;    // row of q and out (the request's qo_indptr)
+  int32_t request_idx;  // for the custom mask
+  int32_t page_begin;   // the request's first entry in kv_page_indices
+  int32_t kv_head_idx;
+  int32_t row_begin;    // first query head of the slice, counted within the group
+  int32_t kv_begin;
+  int32_t kv_end;       // > kv_begin: the planner never emits an empty item
+  int32_t partial_idx;  // -1: the whole answer, written to out; else the partial slot it writes
+};
+
+// Joins the partials of one split (token, KV head, slice): partial slots
+// [partial_begin, partial_begin + num_partials) hold its chunks.
+struct DecodeMergeItem {
+  int32_t token_idx;
+  int32_t qo_head_begin;  // first query head (global index)
+  int32_t num_rows;       // query heads, 1..kDecodeRows
+  int32_t partial_begin;
+  int32_t num_partials;
+  int32_t reserved[3];
+};
+
+struct DecodeParams {
+  const void* q;  // [num_tokens, num_qo_heads, head_dim] q_dtype, never null
+  void* out;      // [num_tokens, num_qo_heads, head_dim] q_dtype, never null
+  const void* k_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null
+  const void* v_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null
+  const int32_t* kv_page_indices;     // [num_pages in the batch], never null
+  const uint8_t* custom_mask;         // [custom_mask_indptr[batch_size]] or null
+  const int64_t* custom_mask_indptr;  // [batch_size + 1] or null (null: no request has a mask)
+  const float* sinks;                 // [num_qo_heads] natural-log logits, or null
+
+  // The plan (device). Items of CTA c: [cta_item_indptr[c], cta_item_indptr[c + 1]).
+  const int32_t* cta_item_indptr;  // [num_ctas + 1], never null
+  const DecodeWorkItem* items;     // [cta_item_indptr[num_ctas]], never null
+  float* partial_o;    // [max_partials, kDecodeRows, head_dim] f32, normalised, v_scale applied; may be null
+  float* partial_lse;  // [max_partials, kDecodeRows] natural log, sinks excluded; may be null
+  const int32_t* num_merges;       // [1], never null when merges is not
+  const DecodeMergeItem* merges;   // [*num_merges] or null
+
+  int num_ctas = 0;    // the persistent grid: fixed, so a captured graph replays any plan
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;    // 64, 128 or 256
+  int page_size = 0;   // 1..256
+  float sm_scale = 0.0f;         // resolved, never 0
+  float logits_soft_cap = 0.0f;  // 0: off
+  float k_scale = 1.0f;          // e4m3 cache only (1 otherwise)
+  float v_scale = 1.0f;
+  DType q_dtype = DType::bf16;   // bf16 or f16 (q and out)
+  DType kv_dtype = DType::bf16;  // bf16, f16 or e4m3
+};
+
+// Empty when the decode kernel runs this shape; else the reason, naming the field.
+std::string decode_unsupported(int head_dim, DType q_dtype, DType kv_dtype);
+// Resident CTAs a multiprocessor holds for this instance (the planner sizes the grid with it).
+int decode_ctas_per_sm(int head_dim, DType q_dtype, DType kv_dtype);
+// Enqueues the decode kernel on `stream` (grid num_ctas). Checks the shape first and the launch
+// after; the merge of split items is launch_decode_merge (merge.h).
+void launch_decode(const DecodeParams& p, cudaStream_t stream);
+
+}  // namespace attnkit::planned

@@ -1,0 +1,397 @@
+// The decode mainloop: a persistent CTA walks its list of work items as one stream of 64-key K/V
+// tiles (cp.async, several stages in flight across item boundaries), the GQA group's query heads
+// as the rows of m16n8k16 mma tiles. Dispatch is decode.cu; the split merge is merge.cu.
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "backends/planned/kernels/decode.h"
+#include "backends/planned/kernels/prefill_tile.cuh"
+
+namespace attnkit::planned {
+
+template <typename T_, typename TKv_, int kHeadDim_>
+struct DecodeConfig {
+  using T = T_;      // q, out and the mma operands: __nv_bfloat16 or __half
+  using TKv = TKv_;  // cache element: T, the other 16-bit type, or uint8_t for e4m3
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockN = kDecodeTileKv;  // each warp owns 16 keys of a tile
+  static constexpr int kRows = kDecodeRows;
+  // A cache in another type than q is converted per warp, in shared memory, before the mma.
+  static constexpr bool kConvert = !std::is_same_v<T, TKv>;
+  // D=64: 4 stages of 16 KB (3 CTAs an SM); D=128: 3 of 32 KB (2 CTAs); D=256: 3 of 64 KB (1 CTA),
+  // or 2 where a 16-bit cache of the other type also needs the 64 KB conversion buffer (227 KB cap).
+  static constexpr int kStages =
+      kHeadDim == 64 ? 4 : (kHeadDim == 256 && kConvert && sizeof(TKv) == 2 ? 2 : 3);
+  static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKv));  // one cached row
+  static constexpr int kTileBytes = kBlockN * kRowBytes;                       // K or V of a stage
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kQBytes = kRows * kHeadDim * 2;
+  // Where warps meet at an item's end: [kWarps, kRows, kHeadDim] f32 = 256 * kHeadDim bytes, which
+  // is exactly a 16-bit stage (the one just consumed) or the conversion buffer.
+  static constexpr int kScratchBytes = kWarps * kRows * kHeadDim * 4;
+  static constexpr int kConvBytes = kConvert ? kWarps * 2 * 16 * kHeadDim * 2 : 0;
+  static constexpr int kQOffset = kStages * kStageBytes;
+  static constexpr int kConvOffset = kQOffset + kStages * kQBytes;
+  static constexpr int kMlOffset = kConvOffset + kConvBytes;
+  static constexpr int kSmemBytes = kMlOffset + 2 * kWarps * kRows * 4;
+  static_assert(kConvert ? kConvBytes == kScratchBytes : kStageBytes == kScratchBytes,
+                "the merge scratch reuses a consumed stage or the conversion buffer, so they must match");
+  static_assert(kThreads % (kRowBytes / 16) == 0, "each thread copies one fixed chunk column of a tile");
+  static_assert(kSmemBytes <= 227 * 1024, "a CTA may use at most 227 KB of shared memory on sm_90");
+};
+
+namespace decode_detail {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ DecodeWorkItem load_item(const DecodeWorkItem* g_items, int idx) {
+  const int4* src = reinterpret_cast<const int4*>(g_items + idx);
+  const int4 a = __ldg(src), b = __ldg(src + 1);
+  return {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+}
+
+__device__ __forceinline__ int num_tiles(const DecodeWorkItem& it) {
+  return (it.kv_end - it.kv_begin + kDecodeTileKv - 1) / kDecodeTileKv;
+}
+
+// How one thread copies a tile: one fixed 16-byte chunk column, every kRowsPerPass-th row.
+template <typename C>
+struct TileCopy {
+  static constexpr int kCpr = C::kRowBytes / 16;  // 16-byte chunks a cached row
+  static constexpr int kRowsPerPass = C::kThreads / kCpr;
+  static constexpr int kRowsPerThread = C::kBlockN / kRowsPerPass;
+};
+
+// Starts the loads of this thread's page-table entries for one tile. They are used by the next
+// issue_tile, a whole tile's compute later, so their latency is hidden instead of stalling the
+// copy right after the barrier.
+template <typename C>
+__device__ __forceinline__ void load_pages(const DecodeParams& p, const DecodeWorkItem& it, int tile, int page_shift,
+                                           int (&r_page)[TileCopy<C>::kRowsPerThread]) {
+  using TC = TileCopy<C>;
+  const int key0 = it.kv_begin + tile * C::kBlockN + static_cast<int>(threadIdx.x) / TC::kCpr;
+#pragma unroll
+  for (int i = 0; i < TC::kRowsPerThread; ++i) {
+    const int key = key0 + i * TC::kRowsPerPass;
+    // Power-of-two pages (the usual case) cost a shift, not a division.
+    const int page_idx = page_shift >= 0 ? key >> page_shift : key / p.page_size;
+    r_page[i] = key < it.kv_end ? __ldg(p.kv_page_indices + it.page_begin + page_idx) : 0;
+  }
+}
+
+// Copies keys [kv_begin + tile * kBlockN, +kBlockN) of one KV head (and, for an item's first tile,
+// its query rows) into a stage; keys past kv_end become zeros, never stale bytes (0 * NaN = NaN).
+template <typename C>
+__device__ __forceinline__ void issue_tile(const DecodeParams& p, const DecodeWorkItem& it, int tile, int group,
+                                           int page_shift, const int (&r_page)[TileCopy<C>::kRowsPerThread],
+                                           unsigned char* s_stage, unsigned char* s_q) {
+  using TKv = typename C::TKv;
+  using TC = TileCopy<C>;
+  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(TKv));
+  const int tid = threadIdx.x;
+  const int chunk = tid % TC::kCpr;
+  const int key0 = it.kv_begin + tile * C::kBlockN;
+  const TKv* g_k = static_cast<const TKv*>(p.k_pool);
+  const TKv* g_v = static_cast<const TKv*>(p.v_pool);
+  const uint32_t s_k = tile::smem_addr(s_stage);
+  const uint32_t s_v = s_k + C::kTileBytes;
+#pragma unroll
+  for (int i = 0; i < TC::kRowsPerThread; ++i) {
+    const int r = tid / TC::kCpr + i * TC::kRowsPerPass;
+    const int key = key0 + r;
+    const bool valid = key < it.kv_end;
+    const int in_page = page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
+    const int64_t slot = int64_t{r_page[i]} * p.page_size + in_page;
+    const int64_t offset = valid ? (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * kElemsPerChunk : 0;
+    // 16-bit tiles in the mma type are read by ldmatrix straight away: swizzled. Others are
+    // converted first, by the warp that owns the rows: plain row-major.
+    const uint32_t dst = C::kConvert ? static_cast<uint32_t>(r * C::kRowBytes + chunk * 16)
+                                     : tile::swizzle<C::kHeadDim>(r, chunk);
+    tile::cp_async_16(s_k + dst, g_k + offset, valid);
+    tile::cp_async_16(s_v + dst, g_v + offset, valid);
+  }
+  if (tile == 0) {
+    constexpr int kQCpr = C::kHeadDim / 8;
+    const int rows = min(C::kRows, group - it.row_begin);
+    const typename C::T* g_q = static_cast<const typename C::T*>(p.q) +
+                               (int64_t{it.token_idx} * p.num_qo_heads + it.kv_head_idx * group + it.row_begin) *
+                                   C::kHeadDim;
+    const uint32_t s_q_addr = tile::smem_addr(s_q);
+    for (int idx = tid; idx < rows * kQCpr; idx += C::kThreads) {
+      const int r = idx / kQCpr, c = idx % kQCpr;
+      tile::cp_async_16(s_q_addr + tile::swizzle<C::kHeadDim>(r, c), g_q + r * C::kHeadDim + c * 8, true);
+    }
+  }
+}
+
+// 16 cached bytes -> 16-byte chunks of T (two for e4m3, one for the other 16-bit type), exactly
+// for e4m3; bf16 <-> f16 rounds once, like a cast.
+template <typename T, typename TKv>
+__device__ __forceinline__ void convert_chunk(const uint4& raw, uint4* out) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (sizeof(TKv) == 1) {
+    uint32_t o[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      o[2 * i] = tile::e4m3x2_to<T>(static_cast<uint16_t>(w[i] & 0xffffu));
+      o[2 * i + 1] = tile::e4m3x2_to<T>(static_cast<uint16_t>(w[i] >> 16));
+    }
+    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    out[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  } else {
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f;
+      if constexpr (std::is_same_v<TKv, __nv_bfloat16>) {
+        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+      } else {
+        f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      }
+      o[i] = tile::pack2<T>(f.x, f.y);
+    }
+    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+}  // namespace decode_detail
+
+template <typename C>
+__global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
+  using T = typename C::T;
+  constexpr int kD = C::kHeadDim;
+  constexpr int kS = C::kStages;
+  constexpr int kNt = kD / 8;  // n8 tiles of the output row
+  constexpr float kNegInf = -INFINITY;
+  namespace dd = decode_detail;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* s_m = reinterpret_cast<float*>(smem + C::kMlOffset);  // [kWarps, kRows]
+  float* s_l = s_m + C::kWarps * C::kRows;                      // [kWarps, kRows]
+
+  const int item_begin = p.cta_item_indptr[blockIdx.x];
+  const int item_end = p.cta_item_indptr[blockIdx.x + 1];
+  if (item_begin >= item_end) return;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;  // mma fragment row and column of this lane
+  const int group = p.num_qo_heads / p.num_kv_heads;
+  const int page_shift = (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
+  const bool soft_cap = p.logits_soft_cap > 0.0f;
+  const float qk_scale = p.sm_scale * p.k_scale;
+  const float qk_scale_log2 = qk_scale * dd::kLog2e;
+
+  // Query rows past the group's heads stay zero (their own rows of S and O are never written out).
+  for (int i = tid; i < kS * C::kQBytes / 16; i += C::kThreads) {
+    reinterpret_cast<uint4*>(smem + C::kQOffset)[i] = make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();
+
+  // Producer: the next tile to copy; it runs kS - 1 tiles ahead, across item boundaries.
+  int p_item = item_begin, p_tile = 0;
+  DecodeWorkItem p_it = dd::load_item(p.items, item_begin);
+  int p_tiles = dd::num_tiles(p_it);
+  int r_page[dd::TileCopy<C>::kRowsPerThread];  // page-table entries of the producer's next tile
+  dd::load_pages<C>(p, p_it, p_tile, page_shift, r_page);
+  auto issue = [&](int stage) {
+    if (p_item < item_end) {
+      dd::issue_tile<C>(p, p_it, p_tile, group, page_shift, r_page, smem + stage * C::kStageBytes,
+                        smem + C::kQOffset + ((p_item - item_begin) % kS) * C::kQBytes);
+      if (++p_tile == p_tiles) {
+        p_tile = 0;
+        if (++p_item < item_end) {
+          p_it = dd::load_item(p.items, p_item);
+          p_tiles = dd::num_tiles(p_it);
+        }
+      }
+      if (p_item < item_end) dd::load_pages<C>(p, p_it, p_tile, page_shift, r_page);
+    }
+    tile::cp_async_commit();  // an empty group past the end keeps the wait count uniform
+  };
+#pragma unroll
+  for (int s = 0; s < kS - 1; ++s) issue(s);
+
+  // Consumer state: this warp's online softmax over its keys of the current item.
+  int c_item = item_begin, c_tile = 0;
+  DecodeWorkItem c_it = p.items[item_begin];
+  int c_tiles = dd::num_tiles(c_it);
+  auto item_mask = [&](const DecodeWorkItem& it) -> const uint8_t* {
+    if (p.custom_mask_indptr == nullptr) return nullptr;
+    const int64_t lo = p.custom_mask_indptr[it.request_idx], hi = p.custom_mask_indptr[it.request_idx + 1];
+    return hi > lo ? p.custom_mask + lo : nullptr;
+  };
+  const uint8_t* c_mask = item_mask(c_it);
+  float r_m[2] = {kNegInf, kNegInf};  // running max of rows g and g + 8, log2 domain
+  float r_l[2] = {0.0f, 0.0f};        // this lane's part of the running denominator
+  float r_o[kNt][4];                  // [16 rows, kD] accumulator fragments
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
+
+  for (int it_idx = 0; c_item < item_end; ++it_idx) {
+    tile::cp_async_wait<kS - 2>();
+    __syncthreads();  // tile it_idx is in; every warp is done with the stage about to be refilled
+    issue((it_idx + kS - 1) % kS);
+
+    unsigned char* s_stage = smem + (it_idx % kS) * C::kStageBytes;
+    const uint32_t s_q = tile::smem_addr(smem + C::kQOffset + ((c_item - item_begin) % kS) * C::kQBytes);
+    uint32_t s_k, s_v;
+    int row0;  // this warp's first key row in the K/V tile it reads
+    if constexpr (C::kConvert) {
+      unsigned char* s_conv = smem + C::kConvOffset + warp * (2 * 16 * kD * 2);
+      constexpr int kRawCpr = C::kRowBytes / 16;
+      for (int idx = lane; idx < 2 * 16 * kRawCpr; idx += 32) {
+        const int mat = idx / (16 * kRawCpr), rem = idx % (16 * kRawCpr);
+        const int r = rem / kRawCpr, c = rem % kRawCpr;
+        const uint4 raw = *reinterpret_cast<const uint4*>(s_stage + mat * C::kTileBytes +
+                                                          (warp * 16 + r) * C::kRowBytes + c * 16);
+        uint4 out[2];
+        dd::convert_chunk<T, typename C::TKv>(raw, out);
+        unsigned char* dst = s_conv + mat * (16 * kD * 2);
+        constexpr int kOutChunks = sizeof(typename C::TKv) == 1 ? 2 : 1;
+#pragma unroll
+        for (int o = 0; o < kOutChunks; ++o) {
+          *reinterpret_cast<uint4*>(dst + tile::swizzle<kD>(r, c * kOutChunks + o)) = out[o];
+        }
+      }
+      __syncwarp();
+      s_k = tile::smem_addr(s_conv);
+      s_v = s_k + 16 * kD * 2;
+      row0 = 0;
+    } else {
+      s_k = tile::smem_addr(s_stage);
+      s_v = s_k + C::kTileBytes;
+      row0 = warp * 16;
+    }
+
+    // S = Q K^T: [16 query heads, 16 keys] in two n8 fragments.
+    float r_s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[4], b[4];
+      tile::ldmatrix_x4(a, s_q + tile::swizzle<kD>(lane % 16, kk * 2 + lane / 16));
+      tile::ldmatrix_x4(b, s_k + tile::swizzle<kD>(row0 + lane % 8 + 8 * (lane / 16), kk * 2 + (lane / 8) % 2));
+      tile::mma_16816<T>(r_s[0], a, b[0], b[1]);
+      tile::mma_16816<T>(r_s[1], a, b[2], b[3]);
+    }
+
+    // Scale, soft-cap, mask; online softmax per row (a row's 16 keys live in one lane quad).
+    const int key_base = c_it.kv_begin + c_tile * C::kBlockN + warp * 16;
+    float row_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = key_base + 8 * j + 2 * t + (c & 1);
+        float x = soft_cap ? p.logits_soft_cap * tanhf(r_s[j][c] * qk_scale / p.logits_soft_cap) * dd::kLog2e
+                           : r_s[j][c] * qk_scale_log2;
+        const bool visible = key < c_it.kv_end && (c_mask == nullptr || c_mask[key] != 0);
+        x = visible ? x : kNegInf;
+        r_s[j][c] = x;
+        row_max[c / 2] = fmaxf(row_max[c / 2], x);
+      }
+    }
+    float m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(r_m[r], tile::quad_max(row_max[r]));
+      // -inf - -inf is NaN: a row with nothing visible yet keeps base 0, so its P and alpha are 0.
+      m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+      const float alpha = tile::fast_exp2(r_m[r] - m_use[r]);
+      r_m[r] = m_new;
+      r_l[r] *= alpha;
+#pragma unroll
+      for (int n = 0; n < kNt; ++n) {
+        r_o[n][2 * r] *= alpha;
+        r_o[n][2 * r + 1] *= alpha;
+      }
+    }
+    uint32_t a_p[4];  // P as the A operand of P V: [16 rows, 16 keys]
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float pr[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        pr[c] = tile::fast_exp2(r_s[j][c] - m_use[c / 2]);
+        r_l[c / 2] += pr[c];
+      }
+      a_p[2 * j] = tile::pack2<T>(pr[0], pr[1]);
+      a_p[2 * j + 1] = tile::pack2<T>(pr[2], pr[3]);
+    }
+    // O += P V: V^T fragments through ldmatrix.trans, two n8 tiles of head_dim per load.
+#pragma unroll
+    for (int dn = 0; dn < kD / 16; ++dn) {
+      uint32_t b[4];
+      tile::ldmatrix_x4_trans(b, s_v + tile::swizzle<kD>(row0 + lane % 8 + 8 * ((lane / 8) % 2), dn * 2 + lane / 16));
+      tile::mma_16816<T>(r_o[2 * dn], a_p, b[0], b[1]);
+      tile::mma_16816<T>(r_o[2 * dn + 1], a_p, b[2], b[3]);
+    }
+
+    if (++c_tile < c_tiles) continue;
+
+    // The item's last tile: the four warps' states meet in shared memory and are written out.
+    __syncthreads();  // every warp is done reading the stage (or conversion buffer) reused here
+    float* s_o = reinterpret_cast<float*>(C::kConvert ? smem + C::kConvOffset : s_stage);  // [kWarps, kRows, kD]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float l = tile::quad_sum(r_l[r]);
+      if (t == 0) {
+        s_m[warp * C::kRows + g + 8 * r] = r_m[r];
+        s_l[warp * C::kRows + g + 8 * r] = l;
+      }
+#pragma unroll
+      for (int n = 0; n < kNt; ++n) {
+        *reinterpret_cast<float2*>(s_o + (warp * C::kRows + g + 8 * r) * kD + 8 * n + 2 * t) =
+            make_float2(r_o[n][2 * r], r_o[n][2 * r + 1]);
+      }
+    }
+    __syncthreads();
+    const int rows = min(C::kRows, group - c_it.row_begin);
+    const int head0 = c_it.kv_head_idx * group + c_it.row_begin;
+    for (int idx = tid; idx < rows * (kD / 4); idx += C::kThreads) {
+      const int r = idx / (kD / 4), d = (idx % (kD / 4)) * 4;
+      float m_max = kNegInf;
+#pragma unroll
+      for (int w = 0; w < C::kWarps; ++w) m_max = fmaxf(m_max, s_m[w * C::kRows + r]);
+      const float base = m_max == kNegInf ? 0.0f : m_max;
+      float l_sum = 0.0f;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < C::kWarps; ++w) {
+        const float f = tile::fast_exp2(s_m[w * C::kRows + r] - base);
+        l_sum += f * s_l[w * C::kRows + r];
+        const float4 ow = *reinterpret_cast<const float4*>(s_o + (w * C::kRows + r) * kD + d);
+        o.x += f * ow.x; o.y += f * ow.y; o.z += f * ow.z; o.w += f * ow.w;
+      }
+      if (c_it.partial_idx >= 0) {
+        const float inv = l_sum > 0.0f ? p.v_scale / l_sum : 0.0f;
+        const int64_t row = int64_t{c_it.partial_idx} * C::kRows + r;
+        *reinterpret_cast<float4*>(p.partial_o + row * kD + d) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+        if (d == 0) p.partial_lse[row] = m_max == kNegInf ? kNegInf : (m_max + __log2f(l_sum)) * dd::kLn2;
+      } else {
+        // The sink joins the denominator only, and only where some key was visible.
+        if (p.sinks != nullptr && m_max != kNegInf) l_sum += tile::fast_exp2(p.sinks[head0 + r] * dd::kLog2e - m_max);
+        const float inv = l_sum > 0.0f ? p.v_scale / l_sum : 0.0f;
+        T* g_out = static_cast<T*>(p.out) + (int64_t{c_it.token_idx} * p.num_qo_heads + head0 + r) * kD + d;
+        *reinterpret_cast<uint2*>(g_out) = make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
+      }
+    }
+    // Next item (the loop-top barrier orders this combine before the scratch is refilled).
+    c_tile = 0;
+    if (++c_item < item_end) {
+      c_it = dd::load_item(p.items, c_item);
+      c_tiles = dd::num_tiles(c_it);
+      c_mask = item_mask(c_it);
+    }
+    r_m[0] = r_m[1] = kNegInf;
+    r_l[0] = r_l[1] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
+  }
+  tile::cp_async_wait<0>();
+}
+
+}  // namespace attnkit::planned

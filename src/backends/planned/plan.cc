@@ -1,0 +1,232 @@
+// The host scheduler: decode chunking and CTA assignment in one pass over the batch, the extend
+// work list, and the upload buffer's layout. No CUDA here; graph_state.cc moves the bytes.
+#include "backends/planned/plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "attnkit/error.h"
+
+namespace attnkit::planned {
+
+int max_decode_items(int num_requests, const PlanShape& shape) {
+  // One item per unit, plus one more each time a CTA boundary cuts a unit.
+  return num_requests * shape.num_kv_heads * shape.num_slices() + shape.num_ctas;
+}
+int max_decode_merges(const PlanShape& shape) { return std::max(shape.num_ctas - 1, 0); }
+int max_decode_partials(const PlanShape& shape) { return 2 * max_decode_merges(shape); }
+
+// Worked example (llama3-8b heads, 8 KV heads, 264 CTAs): 32 requests of 128 and 32 of 8192 cost
+// 256 * (128 + 64) + 256 * (8192 + 64) = 2,162,688, so each CTA's share is about 8,192: the first
+// CTA takes 42 short units, every long unit fills about one CTA, and a unit is cut only where a
+// share ends (at most 263 cuts, each merged by one small merge item). One request of 32768 (8
+// units of 32832) gives shares of about 995: 33 chunks of 896-960 positions a unit.
+DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out) {
+  DecodePlanStats st;
+  const int num_ctas = shape.num_ctas;
+  const int group = shape.group_size();
+  const int num_slices = shape.num_slices();
+  const int units = shape.num_kv_heads * num_slices;
+  ATTNKIT_CHECK(num_ctas >= 1, "planned plan: num_ctas must be >= 1, got ", num_ctas);
+  ATTNKIT_CHECK(out.cta_item_indptr.size() >= static_cast<size_t>(num_ctas) + 1,
+                "planned plan: cta_item_indptr holds ", out.cta_item_indptr.size(), " entries, needs ", num_ctas + 1);
+  const int n = batch.batch_size();
+  for (int i = 0; i < n; ++i) {
+    if (batch.qo_len(i) != 1) continue;
+    const int kv_len = batch.kv_len(i);
+    st.total_cost += int64_t{kv_len - decode_kv_begin(kv_len, window_left) + kItemCost} * units;
+    ++st.num_decode_requests;
+  }
+
+  // Each cut adds an item (and its fixed cost); budgeting for the most cuts there can be keeps
+  // the extra from piling up on the last CTA. Shares are recomputed as CTAs close, so a CTA that
+  // closed light or heavy is made up for by all the ones after it.
+  const int64_t budget = st.total_cost + int64_t{num_ctas - 1} * kItemCost;
+  int cta = 0;
+  int64_t assigned = 0;  // cost of the CTAs already closed
+  int64_t load = 0;      // cost given to the open CTA
+  auto share = [&] { return (budget - assigned + (num_ctas - cta) - 1) / (num_ctas - cta); };
+  int64_t target = share();
+  out.cta_item_indptr[0] = 0;
+  auto close_cta = [&] {
+    st.max_cta_cost = std::max(st.max_cta_cost, load);
+    assigned += load;
+    load = 0;
+    out.cta_item_indptr[static_cast<size_t>(++cta)] = st.num_items;
+    target = share();
+  };
+  const size_t max_items = out.items.size();
+  const size_t max_merges = out.merges.size();
+
+  for (int i = 0; i < n; ++i) {
+    if (batch.qo_len(i) != 1) continue;
+    const int kv_len = batch.kv_len(i);
+    const int lo = decode_kv_begin(kv_len, window_left);
+    for (int h = 0; h < shape.num_kv_heads; ++h) {
+      for (int slice = 0; slice < num_slices; ++slice) {
+        const int first = st.num_items;
+        for (int begin = lo; begin < kv_len;) {
+          const int rest = kv_len - begin;
+          const bool last_cta = cta == num_ctas - 1;
+          const int64_t room = target - load;
+          // The smallest next piece (a whole short unit, or a minimum chunk) goes here if that
+          // overshoots the share by less than closing now would fall short of it.
+          if (!last_cta && load > 0 && 2 * room < std::min(rest, kMinChunk) + kItemCost) {
+            close_cta();
+            continue;
+          }
+          int take = rest;
+          if (!last_cta && rest + kItemCost > room) {
+            // Cut what fits, in whole tiles; never a chunk or a tail shorter than kMinChunk.
+            const int fit = static_cast<int>((room - kItemCost) / kDecodeTileKv * kDecodeTileKv);
+            take = std::max(fit, kMinChunk);
+            if (rest - take < kMinChunk) take = rest;
+          }
+          ATTNKIT_CHECK(static_cast<size_t>(st.num_items) < max_items, "planned plan: more than ", max_items,
+                        " decode items (the bound for this batch)");
+          out.items[static_cast<size_t>(st.num_items++)] = {batch.qo_indptr[i], i, batch.kv_page_indptr[i], h,
+                                                            slice * kDecodeRows, begin, begin + take, -1};
+          load += take + kItemCost;
+          begin += take;
+          if (!last_cta && load >= target) close_cta();
+        }
+        const int count = st.num_items - first;
+        if (count > 1) {
+          ATTNKIT_CHECK(static_cast<size_t>(st.num_merges) < max_merges, "planned plan: more than ", max_merges,
+                        " merges (the bound for ", num_ctas, " CTAs)");
+          for (int k = first; k < st.num_items; ++k) out.items[static_cast<size_t>(k)].partial_idx = st.num_partials++;
+          out.merges[static_cast<size_t>(st.num_merges++)] = {
+              batch.qo_indptr[i], h * group + slice * kDecodeRows, std::min(kDecodeRows, group - slice * kDecodeRows),
+              st.num_partials - count, count, {0, 0, 0}};
+        }
+      }
+    }
+  }
+  st.max_cta_cost = std::max(st.max_cta_cost, load);
+  st.total_cost = assigned + load;
+  while (cta < num_ctas) out.cta_item_indptr[static_cast<size_t>(++cta)] = st.num_items;
+  if (out.num_merges) *out.num_merges = st.num_merges;
+  return st;
+}
+
+namespace {
+// Packed rows a prefill CTA covers; 0 where the extend kernel is not built (extend is refused).
+int prefill_rows(int head_dim) {
+#ifdef ATTNKIT_PLANNED_PREFILL
+  return prefill_tile_rows(head_dim);
+#else
+  (void)head_dim;
+  return 0;
+#endif
+}
+}  // namespace
+
+int count_prefill_items(const ForwardBatch& batch, const PlanShape& shape) {
+  const int rows = prefill_rows(shape.head_dim);
+  if (rows == 0) return 0;
+  const int group = shape.group_size();
+  int count = 0;
+  for (int i = 0; i < batch.batch_size(); ++i) {
+    const int qo_len = batch.qo_len(i);
+    if (qo_len >= 2) count += (qo_len * group + rows - 1) / rows;
+  }
+  return count;
+}
+
+int plan_prefill(const ForwardBatch& batch, const PlanShape& shape, std::span<PrefillWorkItem> out) {
+  const int rows = prefill_rows(shape.head_dim);
+  if (rows == 0) return 0;
+  const int group = shape.group_size();
+  std::vector<int> order;
+  for (int i = 0; i < batch.batch_size(); ++i) {
+    if (batch.qo_len(i) >= 2) order.push_back(i);
+  }
+  // Longest history first: the last CTAs to start are the short ones, so the tail is short.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return batch.kv_len(a) > batch.kv_len(b); });
+  size_t count = 0;
+  for (int i : order) {
+    const int tiles = (batch.qo_len(i) * group + rows - 1) / rows;
+    for (int tile = 0; tile < tiles; ++tile) {
+      ATTNKIT_CHECK(count < out.size(), "planned plan: more than ", out.size(), " extend items");
+      out[count++] = {i, tile, 0, -1, -1};
+    }
+  }
+  return static_cast<int>(count);
+}
+
+bool PlanCapacity::fits(const PlanCapacity& need) const {
+  return need.batch_size <= batch_size && need.num_pages <= num_pages && need.num_tokens <= num_tokens &&
+         need.mask_bytes <= mask_bytes && need.decode_items <= decode_items && need.prefill_items <= prefill_items;
+}
+
+PlanLayout make_layout(const PlanCapacity& c, const PlanShape& shape, int num_variants) {
+  ATTNKIT_CHECK(num_variants >= 1 && num_variants <= PlanLayout::kMaxVariants, "planned plan: the model has ",
+                num_variants, " distinct window_left values, at most ", PlanLayout::kMaxVariants, " are supported");
+  PlanLayout l;
+  size_t off = 0;
+  auto section = [&](size_t bytes) {
+    const size_t at = off;
+    off = (off + bytes + 15) / 16 * 16;  // 16-byte aligned: items are read as int4
+    return at;
+  };
+  const size_t b = static_cast<size_t>(c.batch_size);
+  l.qo_indptr = section((b + 1) * 4);
+  l.kv_page_indptr = section((b + 1) * 4);
+  l.kv_last_page_len = section(b * 4);
+  l.prefix_lens = section(b * 4);
+  l.out_cache_loc = section(static_cast<size_t>(c.num_tokens) * 8);
+  l.custom_mask_indptr = section(c.mask_bytes > 0 ? (b + 1) * 8 : 0);
+  l.custom_mask = section(static_cast<size_t>(c.mask_bytes));
+  l.prefill_items = section(static_cast<size_t>(c.prefill_items) * sizeof(PrefillWorkItem));
+  for (int v = 0; v < num_variants; ++v) {
+    l.cta_item_indptr[v] = section((static_cast<size_t>(shape.num_ctas) + 1) * 4);
+    l.num_merges[v] = section(4);
+    l.merges[v] = section(static_cast<size_t>(max_decode_merges(shape)) * sizeof(DecodeMergeItem));
+    l.decode_items[v] = section(static_cast<size_t>(c.decode_items) * sizeof(DecodeWorkItem));
+  }
+  l.kv_page_indices = section(static_cast<size_t>(c.num_pages) * 4);
+  l.total_bytes = off;
+  return l;
+}
+
+PlanCapacity capacity_for(const ForwardBatch& batch, const PlanShape& shape) {
+  PlanCapacity c;
+  c.batch_size = batch.batch_size();
+  c.num_pages = static_cast<int>(batch.kv_page_indices.size());
+  c.num_tokens = batch.num_tokens();
+  c.mask_bytes = static_cast<int64_t>(batch.custom_mask.size());
+  c.decode_items = max_decode_items(c.batch_size, shape);
+  c.prefill_items = count_prefill_items(batch, shape);
+  return c;
+}
+
+void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& l, std::byte* staging) {
+  auto put = [&](size_t offset, const auto& v) {
+    if (!v.empty()) std::memcpy(staging + offset, v.data(), v.size() * sizeof(v[0]));
+  };
+  put(l.qo_indptr, batch.qo_indptr);
+  put(l.kv_page_indptr, batch.kv_page_indptr);
+  put(l.kv_last_page_len, batch.kv_last_page_len);
+  put(l.prefix_lens, batch.prefix_lens);
+  put(l.out_cache_loc, batch.out_cache_loc);
+  if (!batch.custom_mask.empty()) {
+    put(l.custom_mask_indptr, batch.custom_mask_indptr);
+    put(l.custom_mask, batch.custom_mask);
+  }
+  put(l.kv_page_indices, batch.kv_page_indices);
+}
+
+DecodePlanView decode_view(const PlanLayout& l, const PlanCapacity& c, const PlanShape& shape, int v,
+                           std::byte* staging) {
+  DecodePlanView view;
+  view.cta_item_indptr = {reinterpret_cast<int32_t*>(staging + l.cta_item_indptr[v]),
+                          static_cast<size_t>(shape.num_ctas) + 1};
+  view.items = {reinterpret_cast<DecodeWorkItem*>(staging + l.decode_items[v]), static_cast<size_t>(c.decode_items)};
+  view.merges = {reinterpret_cast<DecodeMergeItem*>(staging + l.merges[v]),
+                 static_cast<size_t>(max_decode_merges(shape))};
+  view.num_merges = reinterpret_cast<int32_t*>(staging + l.num_merges[v]);
+  return view;
+}
+
+}  // namespace attnkit::planned

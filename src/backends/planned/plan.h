@@ -1,0 +1,111 @@
+// The `planned` backend's host scheduler: from a batch's lengths alone it cuts every decode
+// request's KV history into chunks that balance the persistent CTAs, lists the splits to merge, and
+// lists the extend kernel's work; and it lays all of it and the batch's CSR arrays out in one
+// buffer, so one copy uploads a plan. Host-only (no CUDA): the device side is graph_state.* .
+//
+// Agreement with kernels/prefill.h: extend requests (qo_len >= 2) go to launch_prefill with an
+// unsplit work list, longest KV first; requests with one new token (decode requests, also inside a
+// mixed batch) go to the decode kernel. Wanted from the extend kernel: a 16-bit cache of the other
+// 16-bit type than q (bf16 q with an f16 cache), which the decode kernel already reads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "attnkit/batch.h"
+#include "backends/planned/kernels/decode.h"
+#include "backends/planned/kernels/prefill.h"
+
+namespace attnkit::planned {
+
+// Cost model, in KV positions: an item also pays a fixed price (its query load, the cross-warp
+// combine and the output write, about one tile's copy), and no chunk is cut shorter than
+// kMinChunk unless its history is, so a split's merge stays cheap next to the chunk it joins.
+inline constexpr int kItemCost = kDecodeTileKv;
+inline constexpr int kMinChunk = 4 * kDecodeTileKv;
+
+struct PlanShape {
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int num_ctas = 0;  // the persistent decode grid: SMs x resident CTAs an SM
+  int group_size() const { return num_qo_heads / num_kv_heads; }
+  // Query-head slices of kDecodeRows a group is cut into (1 unless a group has more than 16 heads).
+  int num_slices() const { return (group_size() + kDecodeRows - 1) / kDecodeRows; }
+};
+
+// Where the planner writes one decode plan (host memory: the staging buffer, or a test's arrays).
+struct DecodePlanView {
+  std::span<int32_t> cta_item_indptr;  // [num_ctas + 1]
+  std::span<DecodeWorkItem> items;     // capacity: max_decode_items()
+  std::span<DecodeMergeItem> merges;   // capacity: max_decode_merges()
+  int32_t* num_merges = nullptr;       // [1]
+};
+
+struct DecodePlanStats {
+  int num_items = 0;
+  int num_merges = 0;
+  int num_partials = 0;
+  int num_decode_requests = 0;
+  int64_t total_cost = 0;    // sum of item costs (positions + kItemCost each)
+  int64_t max_cta_cost = 0;  // the busiest CTA's
+};
+
+// Bounds that hold for every batch: every CTA boundary splits at most one (request, head, slice)
+// unit, so there are at most num_ctas - 1 merges and 2 (num_ctas - 1) partial slots.
+int max_decode_items(int num_requests, const PlanShape& shape);
+int max_decode_merges(const PlanShape& shape);
+int max_decode_partials(const PlanShape& shape);
+
+// The KV positions a decode request's one query can see: [kv_begin, kv_len), cut by the window.
+inline int decode_kv_begin(int kv_len, int window_left) {
+  return window_left < 0 ? 0 : (kv_len - 1 - window_left > 0 ? kv_len - 1 - window_left : 0);
+}
+
+// Plans the batch's requests with exactly one new token (all of them in a decode batch). CTA c
+// gets items [cta_item_indptr[c], cta_item_indptr[c + 1]) whose costs sum to about the mean; a
+// unit is split only where a CTA's share ends. Throws attnkit::Error when `out` is too small.
+DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out);
+
+// The extend kernel's work: every q tile of every request with two or more new tokens, unsplit,
+// the longest KV history first. Returns the number of items written.
+int plan_prefill(const ForwardBatch& batch, const PlanShape& shape, std::span<PrefillWorkItem> out);
+int count_prefill_items(const ForwardBatch& batch, const PlanShape& shape);
+
+// Capacities of one upload buffer. A frozen buffer (CUDA graphs) keeps one set for its lifetime.
+struct PlanCapacity {
+  int batch_size = 0;
+  int num_pages = 0;
+  int num_tokens = 0;
+  int64_t mask_bytes = 0;   // custom_mask entries; 0: no custom-mask section
+  int decode_items = 0;     // per window variant
+  int prefill_items = 0;
+  bool fits(const PlanCapacity& need) const;
+};
+
+// Byte offsets of each section in the upload buffer. Small sections come first and the page
+// table last, so one copy of [0, used_bytes(num_pages)) carries a plan.
+struct PlanLayout {
+  static constexpr int kMaxVariants = 4;  // distinct window_left values among the model's layers
+  size_t qo_indptr = 0, kv_page_indptr = 0, kv_last_page_len = 0, prefix_lens = 0;
+  size_t out_cache_loc = 0, custom_mask_indptr = 0, custom_mask = 0, prefill_items = 0;
+  size_t cta_item_indptr[kMaxVariants] = {}, decode_items[kMaxVariants] = {};
+  size_t num_merges[kMaxVariants] = {}, merges[kMaxVariants] = {};
+  size_t kv_page_indices = 0;
+  size_t total_bytes = 0;
+  size_t used_bytes(int num_pages) const { return kv_page_indices + size_t(num_pages) * sizeof(int32_t); }
+};
+PlanLayout make_layout(const PlanCapacity& capacity, const PlanShape& shape, int num_variants);
+
+// What a batch needs (decode items per variant at their bound).
+PlanCapacity capacity_for(const ForwardBatch& batch, const PlanShape& shape);
+
+// Copies the batch's CSR arrays into their sections of `staging` (host memory laid out by `layout`).
+void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& layout, std::byte* staging);
+
+// The plan view of variant v inside `staging`.
+DecodePlanView decode_view(const PlanLayout& layout, const PlanCapacity& capacity, const PlanShape& shape, int v,
+                           std::byte* staging);
+
+}  // namespace attnkit::planned

@@ -1,0 +1,299 @@
+// The `planned` host scheduler, without a GPU: every decode unit's visible KV covered exactly once,
+// CTAs balanced, no chunk past the share, the merge list consistent, the upload layout sound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "backends/planned/plan.h"
+
+namespace attnkit::planned {
+namespace {
+
+// A batch by hand: (kv_len, qo_len) per request, pages 0, 1, 2, ... in order.
+ForwardBatch make_batch(const std::vector<std::pair<int, int>>& reqs, int page_size) {
+  ForwardBatch b;
+  b.page_size = page_size;
+  b.qo_indptr.push_back(0);
+  b.kv_page_indptr.push_back(0);
+  int next_page = 0, num_single = 0;
+  for (const auto& [kv_len, qo_len] : reqs) {
+    const int pages = (kv_len + page_size - 1) / page_size;
+    for (int p = 0; p < pages; ++p) b.kv_page_indices.push_back(next_page++);
+    b.qo_indptr.push_back(b.qo_indptr.back() + qo_len);
+    b.kv_page_indptr.push_back(static_cast<int32_t>(b.kv_page_indices.size()));
+    b.kv_last_page_len.push_back(kv_len == 0 ? 0 : (kv_len - 1) % page_size + 1);
+    b.prefix_lens.push_back(kv_len - qo_len);
+    for (int j = 0; j < qo_len; ++j) b.out_cache_loc.push_back(0);
+    num_single += qo_len == 1;
+  }
+  b.mode = num_single == static_cast<int>(reqs.size()) ? ForwardMode::decode
+                                                        : num_single == 0 ? ForwardMode::extend : ForwardMode::mixed;
+  return b;
+}
+
+PlanShape shape(int qo_heads, int kv_heads, int num_ctas, int head_dim = 128) {
+  PlanShape s;
+  s.num_qo_heads = qo_heads;
+  s.num_kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.num_ctas = num_ctas;
+  return s;
+}
+
+struct Planned {
+  PlanCapacity cap;
+  PlanLayout layout;
+  std::vector<std::byte> staging;
+  DecodePlanView view;
+  DecodePlanStats stats;
+};
+
+Planned run_plan(const ForwardBatch& b, const PlanShape& s, int window_left) {
+  Planned p;
+  p.cap = capacity_for(b, s);
+  p.layout = make_layout(p.cap, s, 1);
+  p.staging.assign(p.layout.total_bytes, std::byte{0xAB});  // poisoned: every read entry must be written
+  p.view = decode_view(p.layout, p.cap, s, 0, p.staging.data());
+  p.stats = plan_decode(b, s, window_left, p.view);
+  return p;
+}
+
+// Checks every invariant of one decode plan.
+void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, const Planned& p) {
+  const DecodePlanStats& st = p.stats;
+  const auto& indptr = p.view.cta_item_indptr;
+  ASSERT_EQ(indptr[0], 0);
+  for (int c = 0; c < s.num_ctas; ++c) ASSERT_LE(indptr[c], indptr[c + 1]) << "cta " << c;
+  ASSERT_EQ(indptr[s.num_ctas], st.num_items);
+
+  // Coverage: per (request, kv head, slice) the chunks tile [begin, kv_len) exactly.
+  const int group = s.group_size();
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> chunks;
+  int64_t total = 0, max_cta = 0;
+  for (int c = 0; c < s.num_ctas; ++c) {
+    int64_t cta_cost = 0;
+    for (int i = indptr[c]; i < indptr[c + 1]; ++i) {
+      const DecodeWorkItem& it = p.view.items[i];
+      ASSERT_LT(it.kv_begin, it.kv_end) << "item " << i << " is empty";
+      ASSERT_EQ(b.qo_len(it.request_idx), 1);
+      ASSERT_EQ(it.token_idx, b.qo_indptr[it.request_idx]);
+      ASSERT_EQ(it.page_begin, b.kv_page_indptr[it.request_idx]);
+      ASSERT_EQ(it.row_begin % kDecodeRows, 0);
+      ASSERT_LT(it.row_begin, group);
+      chunks[{it.request_idx, it.kv_head_idx, it.row_begin}].push_back({it.kv_begin, it.kv_end});
+      cta_cost += it.kv_end - it.kv_begin + kItemCost;
+    }
+    total += cta_cost;
+    max_cta = std::max(max_cta, cta_cost);
+  }
+  EXPECT_EQ(total, st.total_cost);
+  EXPECT_EQ(max_cta, st.max_cta_cost);
+  int units = 0;
+  for (int i = 0; i < b.batch_size(); ++i) {
+    if (b.qo_len(i) != 1) continue;
+    const int kv_len = b.kv_len(i);
+    for (int h = 0; h < s.num_kv_heads; ++h) {
+      for (int row = 0; row < group; row += kDecodeRows) {
+        ++units;
+        auto found = chunks.find({i, h, row});
+        ASSERT_NE(found, chunks.end()) << "request " << i << " head " << h << " rows " << row << " not planned";
+        auto v = found->second;
+        std::sort(v.begin(), v.end());
+        int at = decode_kv_begin(kv_len, window_left);
+        for (const auto& [lo, hi] : v) {
+          ASSERT_EQ(lo, at) << "request " << i << " head " << h << ": gap or overlap";
+          at = hi;
+        }
+        ASSERT_EQ(at, kv_len) << "request " << i << " head " << h << ": history not covered to the end";
+        if (v.size() > 1) {
+          // A split never leaves a chunk shorter than kMinChunk, and none longer than a CTA's
+          // share (or a minimum chunk, where shares are smaller) plus the tail it may absorb.
+          const int64_t share = (st.total_cost + s.num_ctas - 1) / s.num_ctas;
+          for (const auto& [lo, hi] : v) {
+            EXPECT_GE(hi - lo, kMinChunk);
+            EXPECT_LE(hi - lo, std::max<int64_t>(share, kMinChunk) + kMinChunk);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<int>(chunks.size()), units) << "an item belongs to no unit";
+
+  // Balance: no CTA carries more than the mean (or a minimum chunk, where the mean is smaller)
+  // plus one minimum chunk and a few items' fixed costs.
+  const int64_t mean = (st.total_cost + s.num_ctas - 1) / s.num_ctas;
+  EXPECT_LE(st.max_cta_cost, std::max<int64_t>(mean, kMinChunk) + kMinChunk + 3 * kItemCost)
+      << "mean " << mean << ", busiest CTA " << st.max_cta_cost;
+
+  // Merges: each lists one split's consecutive partial slots; every slot is written by one item.
+  ASSERT_EQ(*p.view.num_merges, st.num_merges);
+  ASSERT_LE(st.num_merges, max_decode_merges(s));
+  ASSERT_LE(st.num_partials, max_decode_partials(s));
+  std::vector<int> slot_owner(static_cast<size_t>(st.num_partials), -1);
+  for (int i = 0; i < st.num_items; ++i) {
+    const int slot = p.view.items[i].partial_idx;
+    if (slot < 0) continue;
+    ASSERT_LT(slot, st.num_partials);
+    ASSERT_EQ(slot_owner[static_cast<size_t>(slot)], -1) << "partial slot " << slot << " written twice";
+    slot_owner[static_cast<size_t>(slot)] = i;
+  }
+  int merged = 0;
+  for (int m = 0; m < st.num_merges; ++m) {
+    const DecodeMergeItem& mi = p.view.merges[m];
+    ASSERT_GE(mi.num_partials, 2);
+    merged += mi.num_partials;
+    for (int k = 0; k < mi.num_partials; ++k) {
+      const int owner = slot_owner[static_cast<size_t>(mi.partial_begin + k)];
+      ASSERT_GE(owner, 0);
+      const DecodeWorkItem& it = p.view.items[owner];
+      EXPECT_EQ(it.token_idx, mi.token_idx);
+      EXPECT_EQ(it.kv_head_idx * group + it.row_begin, mi.qo_head_begin);
+      EXPECT_EQ(std::min(kDecodeRows, group - it.row_begin), mi.num_rows);
+    }
+  }
+  EXPECT_EQ(merged, st.num_partials) << "a partial slot no merge reads";
+}
+
+TEST(PlannedPlan, OneLongAndThirtyShortRequestsSplitTheLongOne) {
+  std::vector<std::pair<int, int>> reqs = {{8192, 1}};
+  for (int i = 0; i < 30; ++i) reqs.push_back({128, 1});
+  const ForwardBatch b = make_batch(reqs, 16);
+  const PlanShape s = shape(32, 8, 264);
+  const Planned p = run_plan(b, s, -1);
+  check_plan(b, s, -1, p);
+  // 8 units of 8192 against a share of about 425 positions: each is cut, short ones never are.
+  EXPECT_EQ(p.stats.num_merges, 8);
+  EXPECT_GT(p.stats.num_items, 8 * 10);
+}
+
+TEST(PlannedPlan, UniformLongBatchNeedsFewSplits) {
+  const ForwardBatch b = make_batch(std::vector<std::pair<int, int>>(64, {16384, 1}), 16);
+  const PlanShape s = shape(32, 8, 264);
+  const Planned p = run_plan(b, s, -1);
+  check_plan(b, s, -1, p);
+  EXPECT_LT(p.stats.num_merges, s.num_ctas);
+}
+
+TEST(PlannedPlan, SingleLongRequestSpreadsOverTheGrid) {
+  const ForwardBatch b = make_batch({{32768, 1}}, 16);
+  const PlanShape s = shape(32, 8, 264);
+  const Planned p = run_plan(b, s, -1);
+  check_plan(b, s, -1, p);
+  int busy = 0;
+  for (int c = 0; c < s.num_ctas; ++c) busy += p.view.cta_item_indptr[c + 1] > p.view.cta_item_indptr[c];
+  EXPECT_GE(busy, s.num_ctas - 8) << "most CTAs must get a chunk of the one request";
+}
+
+TEST(PlannedPlan, SkewedBatch) {
+  std::vector<std::pair<int, int>> reqs;
+  for (int i = 0; i < 64; ++i) reqs.push_back({i % 2 == 0 ? 128 : 8192, 1});
+  const ForwardBatch b = make_batch(reqs, 16);
+  const PlanShape s = shape(32, 8, 264);
+  check_plan(b, s, -1, run_plan(b, s, -1));
+}
+
+TEST(PlannedPlan, RandomBatchesShapesAndWindows) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = std::uniform_int_distribution<int>(1, 256)(rng);
+    std::vector<std::pair<int, int>> reqs;
+    for (int i = 0; i < n; ++i) {
+      const int kv = std::uniform_int_distribution<int>(1, trial % 2 ? 20000 : 600)(rng);
+      const int qo = std::min(kv, std::uniform_int_distribution<int>(0, 9)(rng) < 8 ? 1 : 5);
+      reqs.push_back({kv, qo});
+    }
+    const int page = std::vector<int>{1, 16, 256}[static_cast<size_t>(trial % 3)];
+    const ForwardBatch b = make_batch(reqs, page);
+    const int kv_heads = std::vector<int>{1, 2, 8}[static_cast<size_t>(trial % 3)];
+    const int group = std::vector<int>{1, 4, 8, 24, 32}[static_cast<size_t>(trial % 5)];
+    const int ctas = std::vector<int>{1, 7, 132, 264}[static_cast<size_t>(trial % 4)];
+    const int window = trial % 4 == 1 ? std::uniform_int_distribution<int>(0, 300)(rng) : -1;
+    const PlanShape s = shape(group * kv_heads, kv_heads, ctas);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    check_plan(b, s, window, run_plan(b, s, window));
+  }
+}
+
+TEST(PlannedPlan, OneCtaTakesEverythingUnsplit) {
+  const ForwardBatch b = make_batch({{5000, 1}, {3, 1}, {0, 0}, {700, 1}}, 16);
+  const PlanShape s = shape(8, 2, 1);
+  const Planned p = run_plan(b, s, -1);
+  check_plan(b, s, -1, p);
+  EXPECT_EQ(p.stats.num_merges, 0);
+  EXPECT_EQ(p.stats.num_items, 3 * 2);
+}
+
+TEST(PlannedPlan, WindowTrimsTheHistory) {
+  const ForwardBatch b = make_batch({{1000, 1}}, 16);
+  const PlanShape s = shape(4, 1, 1);
+  const Planned p = run_plan(b, s, 99);
+  ASSERT_EQ(p.stats.num_items, 1);
+  EXPECT_EQ(p.view.items[0].kv_begin, 1000 - 1 - 99);
+  EXPECT_EQ(p.view.items[0].kv_end, 1000);
+}
+
+TEST(PlannedPlan, TooSmallOutputIsAnError) {
+  const ForwardBatch b = make_batch({{100, 1}, {100, 1}}, 16);
+  const PlanShape s = shape(4, 1, 4);
+  PlanCapacity cap = capacity_for(b, s);
+  cap.decode_items = 1;
+  const PlanLayout layout = make_layout(cap, s, 1);
+  std::vector<std::byte> staging(layout.total_bytes);
+  try {
+    plan_decode(b, s, -1, decode_view(layout, cap, s, 0, staging.data()));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "planned plan: more than 1 decode items (the bound for this batch)");
+  }
+}
+
+TEST(PlannedPlan, LayoutSectionsAreAlignedAndDisjoint) {
+  const ForwardBatch b = make_batch({{1000, 1}, {50, 7}, {3, 1}}, 16);
+  const PlanShape s = shape(32, 8, 264);
+  PlanCapacity cap = capacity_for(b, s);
+  cap.mask_bytes = 100;
+  const PlanLayout l = make_layout(cap, s, 2);
+  std::vector<std::pair<size_t, size_t>> sections = {
+      {l.qo_indptr, 4 * 4}, {l.kv_page_indptr, 4 * 4}, {l.kv_last_page_len, 3 * 4}, {l.prefix_lens, 3 * 4},
+      {l.out_cache_loc, 9 * 8}, {l.custom_mask_indptr, 4 * 8}, {l.custom_mask, 100},
+      {l.kv_page_indices, b.kv_page_indices.size() * 4}};
+  for (int v = 0; v < 2; ++v) {
+    sections.push_back({l.cta_item_indptr[v], (264 + 1) * 4});
+    sections.push_back({l.num_merges[v], 4});
+    sections.push_back({l.merges[v], max_decode_merges(s) * sizeof(DecodeMergeItem)});
+    sections.push_back({l.decode_items[v], cap.decode_items * sizeof(DecodeWorkItem)});
+  }
+  std::sort(sections.begin(), sections.end());
+  for (size_t i = 0; i < sections.size(); ++i) {
+    EXPECT_EQ(sections[i].first % 16, 0u);
+    if (i + 1 < sections.size()) {
+      EXPECT_LE(sections[i].first + sections[i].second, sections[i + 1].first);
+    }
+  }
+  EXPECT_EQ(sections.back().first, l.kv_page_indices) << "the page table must be last (one upload of a prefix)";
+  EXPECT_LE(l.used_bytes(static_cast<int>(b.kv_page_indices.size())), l.total_bytes);
+}
+
+TEST(PlannedPlan, ExtendItemsSkipDecodeRequestsLongestFirst) {
+  const ForwardBatch b = make_batch({{100, 1}, {40, 30}, {500, 20}, {7, 0}, {60, 2}}, 16);
+  const PlanShape s = shape(8, 2, 264);
+  if (count_prefill_items(b, s) == 0) GTEST_SKIP() << "the extend kernel is not built";
+  std::vector<PrefillWorkItem> items(static_cast<size_t>(count_prefill_items(b, s)));
+  const int n = plan_prefill(b, s, items);
+  ASSERT_EQ(n, static_cast<int>(items.size()));
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(items.front().request_idx, 2);
+  int last_kv = 1 << 30;
+  for (const PrefillWorkItem& it : items) {
+    EXPECT_GE(b.qo_len(it.request_idx), 2);
+    EXPECT_LE(b.kv_len(it.request_idx), last_kv);
+    last_kv = b.kv_len(it.request_idx);
+    EXPECT_EQ(it.partial_row, -1);
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::planned
