@@ -51,7 +51,7 @@ int choose_kv_chunk(const std::vector<int>& spans, int kv_tile) {
 Plan make_plan(const ForwardBatch& batch, const PlanShape& shape, int simd_lanes) {
   Plan plan;
   const bool any_mask = !batch.custom_mask.empty();
-  const bool dims_fit = shape.head_dim_qk % simd_lanes == 0 && shape.head_dim_vo % simd_lanes == 0;
+  const bool dims_fit = shape.head_dim_qk % (2 * simd_lanes) == 0 && shape.head_dim_vo % (2 * simd_lanes) == 0;
   plan.kernel = (!shape.mla && batch.mode == ForwardMode::decode && !any_mask && dims_fit) ? KernelKind::heads
                                                                                            : KernelKind::rows;
   // Wide MLA latents: half the keys keep a tile's K (32 x 576 f32) in L2 beside Q^T.

@@ -59,7 +59,7 @@ std::pair<int, int> visible_keys(const PlanShape& shape, int kv_len, int pos_lo,
 // The split-KV chunk length for natural units of the given key spans; 0 when splitting does not pay.
 int choose_kv_chunk(const std::vector<int>& spans, int kv_tile);
 
-// `simd_lanes`: f32 lanes of the kernels' target (the heads kernel needs head dims that are multiples).
+// `simd_lanes`: f32 lanes of the kernels' SIMD target; the heads kernel needs head dims that are multiples of twice that.
 Plan make_plan(const ForwardBatch& batch, const PlanShape& shape, int simd_lanes);
 
 }  // namespace attnkit::cpu

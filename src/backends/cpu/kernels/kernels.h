@@ -18,7 +18,7 @@ UnitState attend_rows(const AttendParams& p, const UnitWork& u, float* scratch);
 
 // The heads kernel (decode): one token's every query head against a range of keys, reading each
 // key's slot once for all heads, converting K and V in registers.
-// Needs head_dim_qk and head_dim_vo to be multiples of simd_lanes_f32().
+// Needs head_dim_qk and head_dim_vo to be multiples of 2 * simd_lanes_f32() (keys load in pairs of vectors).
 size_t heads_scratch_floats(const AttendParams& p);
 UnitState attend_heads(const AttendParams& p, const UnitWork& u, float* scratch);
 

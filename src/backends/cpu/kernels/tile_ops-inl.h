@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attnkit/dtype.h"
 #include "hwy/contrib/math/math-inl.h"
@@ -52,6 +53,45 @@ HWY_INLINE VF load_f32(DF d, const E4m3* HWY_RESTRICT p) {
   return hn::Or(hn::Mul(magnitude, hn::Set(d, kE4m3Rescale)), sign);
 }
 
+// ---- Two vectors from 2 * Lanes(d) stored elements. bf16 comes in even/odd order: one 32-bit
+// load holds elements 2i (low half) and 2i+1 (high half), so a shift and a mask widen both, half
+// the work of promoting each half in order. Dot products do not care about the order when q is
+// permuted alike (permute_pairs), and an output accumulated in that order is put back once.
+template <typename T>
+HWY_INLINE void load_pair(DF d, const T* HWY_RESTRICT p, VF& first, VF& second) {
+  first = load_f32(d, p);
+  second = load_f32(d, p + hn::Lanes(d));
+}
+
+HWY_INLINE void load_pair(DF d, const hwy::bfloat16_t* HWY_RESTRICT p, VF& even, VF& odd) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto raw = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  even = hn::BitCast(d, hn::ShiftLeft<16>(raw));
+  odd = hn::BitCast(d, hn::And(raw, hn::Set(du, 0xFFFF0000u)));
+}
+
+template <typename T>
+constexpr bool kPairsInterleaved = std::is_same_v<T, hwy::bfloat16_t>;
+
+// x[0, n) (n a multiple of 2 * lanes) from natural order to load_pair's order for T, or back.
+template <typename T>
+HWY_INLINE void permute_pairs(float* HWY_RESTRICT x, int n, float* HWY_RESTRICT tmp, bool to_pairs) {
+  if (!kPairsInterleaved<T>) return;
+  const int lanes = static_cast<int>(hn::Lanes(DF()));
+  for (int b = 0; b < n; b += 2 * lanes) {
+    for (int i = 0; i < 2 * lanes; ++i) tmp[i] = x[b + i];
+    for (int i = 0; i < lanes; ++i) {
+      if (to_pairs) {
+        x[b + i] = tmp[2 * i];
+        x[b + lanes + i] = tmp[2 * i + 1];
+      } else {
+        x[b + 2 * i] = tmp[i];
+        x[b + 2 * i + 1] = tmp[lanes + i];
+      }
+    }
+  }
+}
+
 // ---- The same conversions for one element (row tails).
 HWY_INLINE float scalar_f32(float x) { return x; }
 HWY_INLINE float scalar_f32(hwy::bfloat16_t x) { return bf16_bits_to_float(x.bits); }
@@ -77,6 +117,13 @@ HWY_INLINE void convert_row(const T* HWY_RESTRICT src, int n, float scale, float
   for (; e + lanes <= n; e += lanes) hn::StoreU(hn::Mul(load_f32(d, src + e), vscale), d, dst + e);
   for (; e < n; ++e) dst[e] = scalar_f32(src[e]) * scale;
   for (; e < n_pad; ++e) dst[e] = 0.0f;
+}
+
+// Asks for n elements from p into L2 (not L1: the tiles being computed live there).
+template <typename T>
+HWY_INLINE void prefetch_row(const T* p, int n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (size_t off = 0; off < sizeof(T) * n; off += 64) __builtin_prefetch(c + off, 0, 1);
 }
 
 // x = cap * tanh(x / cap) over n floats (n a multiple of the lanes).
