@@ -11,6 +11,8 @@ namespace attnkit::tool {
 std::function<int()> add_list(CLI::App& app);
 std::function<int()> add_check(CLI::App& app);
 std::function<int()> add_bench(CLI::App& app);
+std::function<int()> add_replay(CLI::App& app);
+std::function<int()> add_report(CLI::App& app);
 std::function<int()> add_tune(CLI::App& app);
 
 }  // namespace attnkit::tool

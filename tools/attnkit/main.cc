@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   std::function<int()> run_list = attnkit::tool::add_list(app);
   std::function<int()> run_check = attnkit::tool::add_check(app);
   std::function<int()> run_bench = attnkit::tool::add_bench(app);
+  std::function<int()> run_replay = attnkit::tool::add_replay(app);
+  std::function<int()> run_report = attnkit::tool::add_report(app);
   std::function<int()> run_tune = attnkit::tool::add_tune(app);
   try {
     app.parse(argc, argv);
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "list") return run_list();
       if (sub->get_name() == "check") return run_check();
       if (sub->get_name() == "bench") return run_bench();
+      if (sub->get_name() == "replay") return run_replay();
+      if (sub->get_name() == "report") return run_report();
       if (sub->get_name() == "tune") return run_tune();
     }
   } catch (const attnkit::Error& e) {

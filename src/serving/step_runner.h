@@ -1,0 +1,57 @@
+// One replay step on the device: every layer of the model, attention through the backend under test
+// and (on the GPU) the layer's matrix products around it, timed; q/k/v come from pre-filled random
+// buffers. Scheduling is scheduler.h; the verification of a step is verify.h.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "attnkit/backend.h"
+#include "harness/device_copy.h"
+#include "serving/metrics.h"
+
+namespace attnkit::serving {
+
+class LayerGemms;
+class GpuEvents;
+
+class StepRunner {
+ public:
+  // max_tokens: the most new tokens a step holds (the scheduler's token budget).
+  StepRunner(const ModelSpec& model, AttentionBackend& backend, Device device, DType dtype, int max_tokens,
+             bool gemms, uint64_t seed);
+  ~StepRunner();
+
+  // Runs every layer for the planned batch and waits for the device; fills attn_ms and gemm_ms.
+  // check_layer >= 0 writes that layer's attention output to check_out() as well (for verify).
+  void run(const ForwardBatch& batch, int64_t step, int check_layer, StepRecord& record);
+
+  // Host copies of the inputs a layer of a step read (the same values as on the device).
+  TensorView q_host(int64_t step, int layer, int num_tokens) const;
+  TensorView k_host(int64_t step, int layer, int num_tokens) const;
+  TensorView v_host(int64_t step, int layer, int num_tokens) const;  // empty for MLA
+  // The checked layer's output, downloaded to the host: [num_tokens, num_qo_heads, head_dim_vo].
+  TensorView check_out(int num_tokens);
+
+  bool gemms() const { return gemms_ != nullptr; }
+  size_t weight_bytes() const;
+
+ private:
+  int64_t row_offset(int64_t step, int layer) const;
+  TensorView rows(const harness::Staged& s, bool host, int64_t first, int num_tokens, int heads, int dim) const;
+
+  const ModelSpec& model_;
+  AttentionBackend& backend_;
+  Device device_;
+  int max_tokens_ = 0;
+  bool mla_ = false;
+  int num_qo_heads_ = 0, num_kv_heads_ = 0, head_dim_qk_ = 0, head_dim_vo_ = 0;
+  // Inputs hold 2 * max_tokens rows; each (step, layer) reads a window at its own offset, so the
+  // keys stored in the cache differ from step to step.
+  std::unique_ptr<harness::Staged> q_, k_, v_;
+  std::unique_ptr<harness::Staged> out_, check_;  // [max_tokens, num_qo_heads, head_dim_vo]
+  std::unique_ptr<LayerGemms> gemms_;
+  std::unique_ptr<GpuEvents> events_;
+};
+
+}  // namespace attnkit::serving

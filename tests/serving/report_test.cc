@@ -1,0 +1,97 @@
+// The HTML report: built from a replay result and a bench result, self-contained (no script, no
+// link to fetch), with one inline SVG per plot when gnuplot is installed; and, when chromium is
+// installed, rendered headless to prove the page opens and draws its plots.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include "serving/replay.h"
+#include "serving/replay_json.h"
+#include "serving/report.h"
+
+namespace attnkit::serving {
+namespace {
+
+nlohmann::json small_replay() {
+  AttentionSpec s;
+  s.num_qo_heads = 2;
+  s.num_kv_heads = 1;
+  s.head_dim_qk = 8;
+  s.head_dim_vo = 8;
+  ReplayOptions o;
+  o.backend = "reference";
+  o.model.name = "tiny";
+  o.model.layers = {s};
+  o.dtype = o.kv_dtype = DType::f32;
+  o.page_size = 4;
+  o.kv_pages = 256;
+  o.scheduler = {.max_batch_size = 16, .token_budget = 64, .watermark_pages = 1};
+  Trace t;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 60; ++i) {
+    t.requests.push_back({.id = i, .arrival_s = i * 0.001, .prompt_len = 1 + static_cast<int64_t>(rng() % 30),
+                          .output_len = 1 + static_cast<int64_t>(rng() % 10), .hash_ids = {}});
+  }
+  const ReplayResult r = run_replay(t, o);
+  return {{"kind", "replay"}, {"trace", trace_json(t)}, {"options", {{"preset", "tiny"}, {"layers", 1}}},
+          {"runs", nlohmann::json::array({run_json(r)})}};
+}
+
+nlohmann::json small_bench() {
+  return nlohmann::json::parse(R"({"phase": "decode", "ceilings": {}, "results": [
+    {"backend": "cpu", "workload": "llama3-8b decode 4 x 2048", "skipped": "", "median_ms": 1.5,
+     "tokens_per_s": 2666, "workspace_bytes": 4096, "fraction_of_ceiling": 0.42},
+    {"backend": "reference", "workload": "llama3-8b decode 4 x 2048", "skipped": "", "median_ms": 90.0,
+     "tokens_per_s": 44, "workspace_bytes": 0, "fraction_of_ceiling": 0.01}]})");
+}
+
+std::string page() { return build_report({{"replay.json", small_replay()}, {"bench.json", small_bench()}}, "test"); }
+
+TEST(Report, SelfContainedWithTables) {
+  const std::string html = page();
+  EXPECT_NE(html.find("<table>"), std::string::npos);
+  EXPECT_NE(html.find("reference"), std::string::npos);
+  EXPECT_NE(html.find("llama3-8b decode 4 x 2048"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  // Nothing to fetch: src= and href= only point inside the page (SVG namespaces are names, not fetches).
+  EXPECT_FALSE(std::regex_search(html, std::regex(R"((src|href)\s*=\s*['"](?!#))")));
+}
+
+TEST(Report, OneSvgPerPlotWhenGnuplotIsInstalled) {
+  if (!gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed";
+  const std::string html = page();
+  size_t svgs = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
+  EXPECT_EQ(svgs, 6u);  // latency, ceiling, TTFT, TPOT, memory, step time
+  EXPECT_EQ(html.find("<?xml"), std::string::npos);
+}
+
+TEST(Report, RejectsAnUnknownFile) {
+  EXPECT_THROW(build_report({{"x.json", nlohmann::json{{"something", 1}}}}, "t"), Error);
+}
+
+// Renders the page in headless chromium (no network) and reads back the DOM it built.
+TEST(Report, RendersInHeadlessChromium) {
+  if (std::system("command -v chromium >/dev/null 2>&1") != 0) GTEST_SKIP() << "chromium is not installed";
+  if (!gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed";
+  const std::filesystem::path dir = ::testing::TempDir();
+  const std::filesystem::path html = dir / "attnkit_report_render.html", dom = dir / "attnkit_report_dom.html";
+  std::ofstream(html) << page();
+  const std::string cmd = "timeout 60 chromium --headless --no-sandbox --disable-gpu --no-first-run "
+                          "--disable-extensions --dump-dom 'file://" + html.string() + "' >'" + dom.string() +
+                          "' 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(dom);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("<title>test</title>"), std::string::npos);
+  size_t svgs = 0;
+  for (size_t at = text.find("<svg"); at != std::string::npos; at = text.find("<svg", at + 1)) ++svgs;
+  EXPECT_EQ(svgs, 6u);
+}
+
+}  // namespace
+}  // namespace attnkit::serving

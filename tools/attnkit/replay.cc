@@ -1,0 +1,207 @@
+// `attnkit replay`: replays a request trace through each chosen backend (and a prefill/decode pair),
+// prints the comparison table, and writes the results JSON and the HTML report. The work itself
+// is src/serving (scheduler, step loop, verification); the table and JSON layout: replay_output.cc.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "attnkit/registry.h"
+#include "commands.h"
+#include "replay_output.h"
+#include "serving/replay.h"
+#include "serving/report.h"
+
+namespace attnkit::tool {
+
+namespace {
+
+struct Options {
+  std::string trace = "builtin";
+  std::string backend;            // empty: auto, unless a pair was given
+  std::string prefill_backend, decode_backend;
+  std::string preset = "llama3-8b";
+  int layers = 0;
+  int64_t max_requests = 0;
+  int64_t max_context = 16384;
+  double speed = 1.0;
+  double rate = 4.0;
+  int page_size = 16;
+  std::string dtype = "bf16";
+  std::string kv_dtype;
+  double kv_memory_gib = 0.0;
+  int64_t kv_pages = 0;
+  int max_batch = 256;
+  int64_t token_budget = 8192;
+  bool attention_only = false;
+  bool verify = false;
+  int verify_every = 64;
+  int verify_max = 8;
+  uint64_t seed = 1;
+  std::string json;
+  std::string report;
+  bool progress = false;
+  bool no_progress = false;
+};
+
+// Progress on stderr: a bar redrawn in place on a terminal, a line every 10 s otherwise.
+class Progress {
+ public:
+  Progress(std::string label, bool enabled) : label_(std::move(label)), tty_(isatty(2)), enabled_(enabled) {}
+  void update(int64_t finished, int64_t total, int64_t steps, double clock_s) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (since < (tty_ ? 0.2 : 10.0) && finished < total) return;
+    last_ = now;
+    constexpr int kWidth = 30;
+    const int filled = total > 0 ? static_cast<int>(kWidth * finished / total) : kWidth;
+    std::fprintf(stderr, "%s%-14s [%s%s] %lld/%lld requests, step %lld, clock %.1f s%s", tty_ ? "\r" : "",
+                 label_.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), static_cast<long long>(finished),
+                 static_cast<long long>(total), static_cast<long long>(steps), clock_s, tty_ ? "" : "\n");
+    drawn_ = true;
+  }
+  ~Progress() {
+    if (drawn_ && tty_) std::fprintf(stderr, "\r%*s\r", 100, "");
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+  bool enabled_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::vector<std::string> backend_list(const Options& o) {
+  std::string spec = o.backend;
+  if (spec.empty()) spec = (o.prefill_backend.empty() ? "auto" : "");
+  std::vector<std::string> names;
+  if (spec == "all") return Registry::global().names();
+  std::stringstream ss(spec);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    if (name.empty()) continue;
+    if (name != "auto") Registry::global().get(name);  // throws naming the known backends
+    names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+std::function<int()> add_replay(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("replay", "Replay a request trace through backends (continuous batching)");
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--trace", o->trace,
+                  "Trace file (Azure 2023 / BurstGPT / ShareGPT-arXiv stats CSV, Mooncake JSONL), or builtin");
+  cmd->add_option("--backend", o->backend, "Backend names, comma-separated, or all (default: auto)");
+  cmd->add_option("--prefill-backend", o->prefill_backend, "Hybrid pair: backend for extend and mixed steps");
+  cmd->add_option("--decode-backend", o->decode_backend, "Hybrid pair: backend for decode steps");
+  cmd->add_option("--preset", o->preset, "Model preset")->check(CLI::IsMember(preset_names()));
+  cmd->add_option("--layers", o->layers, "Layers to run (default: the preset's own count)")->check(CLI::Range(0, 1000));
+  cmd->add_option("--max-requests", o->max_requests, "Replay only the first N requests (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--max-context", o->max_context, "Clamp prompt + output to this many tokens (0: no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--speed", o->speed, "Time scale of arrivals (2: twice as fast)")->check(CLI::PositiveNumber);
+  cmd->add_option("--rate", o->rate, "Requests/s of Poisson arrivals for traces without times")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--page-size", o->page_size, "KV page size")->check(CLI::Range(1, 256));
+  cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
+  cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-pages", o->kv_pages, "KV cache size in pages (overrides --kv-memory)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+  cmd->add_option("--max-batch", o->max_batch, "Requests running at once")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--token-budget", o->token_budget, "New tokens a step (decodes + prefill chunks)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_flag("--attention-only", o->attention_only, "Skip the layers' matrix products (always so on the CPU)");
+  cmd->add_flag("--verify", o->verify, "Compare sampled steps with reference; a mismatch fails the run");
+  cmd->add_option("--verify-every", o->verify_every, "Check every N-th step (and the first of each mode)")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--verify-max", o->verify_max, "At most this many checked steps a run")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seed", o->seed, "Seed of the inputs and of drawn arrivals");
+  cmd->add_option("--json", o->json, "Write the results as JSON to this file");
+  cmd->add_option("--report", o->report, "Also write the HTML report to this file");
+  cmd->add_flag("--progress", o->progress, "Show progress even when stderr is not a terminal");
+  cmd->add_flag("--no-progress", o->no_progress, "Never show progress");
+  return [o] {
+    ATTNKIT_CHECK(o->prefill_backend.empty() == o->decode_backend.empty(),
+                  "replay: --prefill-backend and --decode-backend go together");
+    serving::TraceOptions topt;
+    topt.max_requests = o->max_requests;
+    topt.max_context = o->max_context;
+    topt.speed = o->speed;
+    topt.rate = o->rate;
+    topt.seed = o->seed;
+    const serving::Trace trace = serving::load_trace(o->trace, topt);
+    ATTNKIT_CHECK(!trace.requests.empty(), "replay: the trace ", trace.name, " has no request to replay");
+
+    serving::ReplayOptions ropt;
+    ropt.model = make_preset(o->preset, o->layers > 0 ? o->layers : -1);
+    ropt.page_size = o->page_size;
+    ropt.dtype = parse_dtype(o->dtype, "--dtype");
+    ropt.kv_dtype = o->kv_dtype.empty() ? ropt.dtype : parse_dtype(o->kv_dtype, "--kv-dtype");
+    ropt.kv_memory_bytes = o->kv_memory_gib * double(1ull << 30);
+    ropt.kv_pages = o->kv_pages;
+    ropt.scheduler.max_batch_size = o->max_batch;
+    ropt.scheduler.token_budget = std::max<int64_t>(o->token_budget, o->max_batch);
+    ropt.gemms = !o->attention_only;
+    ropt.verify = o->verify;
+    ropt.verify_every = o->verify_every;
+    ropt.verify_max = o->verify_max;
+    ropt.seed = o->seed;
+    print_trace_line(trace, ropt);
+
+    std::vector<RunOutcome> runs;
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (const std::string& name : backend_list(*o)) pairs.emplace_back(name, "");
+    if (!o->prefill_backend.empty()) pairs.emplace_back(o->prefill_backend, o->decode_backend);
+    const bool show = !o->no_progress && (o->progress || isatty(2));
+    for (const auto& [first, second] : pairs) {
+      serving::ReplayOptions ro = ropt;
+      if (second.empty()) ro.backend = first;
+      else {
+        ro.prefill_backend = first;
+        ro.decode_backend = second;
+      }
+      Progress bar(second.empty() ? first : first + "+" + second, show);
+      ro.on_step = [&bar](int64_t f, int64_t t, int64_t s, double c) { bar.update(f, t, s, c); };
+      RunOutcome out;
+      try {
+        out.result = serving::run_replay(trace, ro, &out.result);
+      } catch (const Error& e) {
+        out.error = e.what();
+        if (out.result.label.empty()) out.result.label = second.empty() ? first : first + "+" + second;
+      }
+      runs.push_back(std::move(out));
+    }
+    print_comparison(runs);
+    const nlohmann::json doc = results_json(trace, o->preset, ropt, o->speed, runs);
+    if (!o->json.empty()) {
+      std::ofstream f(o->json);
+      ATTNKIT_CHECK(f.good(), "replay: --json file '", o->json, "' cannot be written");
+      f << doc.dump() << '\n';
+    }
+    if (!o->report.empty()) {
+      const std::string html = serving::build_report({{o->json.empty() ? "replay" : o->json, doc}}, "attnkit replay");
+      std::ofstream f(o->report);
+      ATTNKIT_CHECK(f.good(), "replay: --report file '", o->report, "' cannot be written");
+      f << html;
+      std::cout << "report: " << o->report << '\n';
+    }
+    for (const RunOutcome& r : runs) {
+      if (!r.error.empty()) return 1;
+    }
+    return 0;
+  };
+}
+
+}  // namespace attnkit::tool

@@ -1,0 +1,128 @@
+// The replay's printed table and results JSON (kind "replay"), one row / one object a run.
+#include "replay_output.h"
+
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "attnkit/tensor.h"
+#include "format.h"
+#include "serving/replay_json.h"
+#ifdef ATTNKIT_WITH_CUDA
+#include "cuda/memory.h"
+#endif
+
+namespace attnkit::tool {
+
+namespace {
+
+std::string ms3(const serving::Percentiles& p) {
+  return fixed(p.p50 * 1e3, 1) + "/" + fixed(p.p90 * 1e3, 1) + "/" + fixed(p.p99 * 1e3, 1);
+}
+
+std::string device_name_here() {
+#ifdef ATTNKIT_WITH_CUDA
+  if (cuda_available()) return cuda::device_info().name;
+#endif
+  return "cpu only";
+}
+
+std::string commit_here() {
+  FILE* pipe = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+  if (!pipe) return "unknown";
+  char buf[64] = {};
+  const bool ok = std::fgets(buf, sizeof buf, pipe) != nullptr;
+  pclose(pipe);
+  std::string s = ok ? buf : "unknown";
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s.empty() ? "unknown" : s;
+}
+
+}  // namespace
+
+void print_trace_line(const serving::Trace& t, const serving::ReplayOptions& o) {
+  std::cout << "trace " << t.name << " (" << t.format << "): " << t.requests.size() << " requests of " << t.rows
+            << " rows, " << t.dropped << " dropped (empty), " << t.clamped << " clamped";
+  if (!t.has_arrivals) std::cout << ", Poisson arrivals";
+  if (t.prefix_hit_ratio > 0) std::cout << ", shared-prefix tokens " << fixed(100 * t.prefix_hit_ratio, 1) << "%";
+  std::cout << "\nmodel " << o.model.name << " x " << o.model.num_layers() << " layers, page " << o.page_size
+            << ", max batch " << o.scheduler.max_batch_size << ", token budget " << o.scheduler.token_budget
+            << (o.verify ? ", verifying sampled steps against reference" : "") << "\n";
+}
+
+void print_comparison(const std::vector<RunOutcome>& runs) {
+  std::vector<std::vector<std::string>> rows = {{"backend", "device", "out tok/s", "TTFT ms p50/90/99",
+                                                 "TPOT ms p50/90/99", "ITL ms p99", "peak KV", "workspace", "preempt",
+                                                 "attn share", "sched", "verified"}};
+  std::vector<std::string> notes;
+  for (const RunOutcome& run : runs) {
+    const serving::ReplayResult& r = run.result;
+    if (!run.error.empty()) {
+      rows.push_back({r.label, r.device, "FAILED"});
+      notes.push_back(r.label + ": " + run.error);
+      continue;
+    }
+    if (!r.skipped.empty()) {
+      rows.push_back({r.label, r.device.empty() ? "-" : r.device, "skip: " + r.skipped});
+      continue;
+    }
+    const serving::Summary& s = r.summary;
+    size_t passed = 0;
+    for (const auto& v : r.verified) passed += v.passed;
+    rows.push_back({r.label, r.device, fixed(s.output_tokens_per_s, 1), ms3(s.ttft_s), ms3(s.tpot_s),
+                    fixed(s.itl_s.p99 * 1e3, 1), si(s.peak_kv_bytes) + "B", si(s.peak_workspace_bytes) + "B",
+                    std::to_string(r.num_preemptions), fixed(100 * s.attn_fraction, 1) + "%",
+                    fixed(100 * s.sched_fraction, 2) + "%",
+                    r.verified.empty() ? "-" : std::to_string(passed) + "/" + std::to_string(r.verified.size())});
+    std::string line = r.label + ": " + std::to_string(s.num_requests) + " requests finished, " +
+                       std::to_string(s.output_tokens) + " output tokens in " + std::to_string(s.num_steps) +
+                       " steps, clock " + fixed(s.makespan_s, 2) + " s (wall " + fixed(r.wall_s, 1) +
+                       " s), no KV page leaked; scheduler + plan p50 " + fixed(s.sched_us_p50, 1) + " us/step = " +
+                       fixed(100 * s.sched_fraction, 2) + "% of step time";
+    if (s.large_steps > 0) {
+      line += ", at batch >= " + std::to_string(serving::kLargeBatch) + ": " + fixed(100 * s.sched_fraction_large, 2) +
+              "% over " + std::to_string(s.large_steps) + " steps";
+    } else {
+      line += " (largest batch " + std::to_string(s.max_batch_size) + ")";
+    }
+    notes.push_back(line);
+  }
+  print_table(rows);
+  for (const std::string& n : notes) std::cout << n << '\n';
+}
+
+nlohmann::json results_json(const serving::Trace& trace, const std::string& preset,
+                            const serving::ReplayOptions& o, double speed, const std::vector<RunOutcome>& runs) {
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  nlohmann::json doc = {{"kind", "replay"},
+                        {"version", 1},
+                        {"device_name", device_name_here()},
+                        {"date", date},
+                        {"commit", commit_here()},
+                        {"trace", serving::trace_json(trace)}};
+  doc["options"] = {{"preset", preset},
+                    {"layers", o.model.num_layers()},
+                    {"page_size", o.page_size},
+                    {"dtype", dtype_name(o.dtype)},
+                    {"kv_dtype", dtype_name(o.kv_dtype)},
+                    {"max_batch", o.scheduler.max_batch_size},
+                    {"token_budget", o.scheduler.token_budget},
+                    {"speed", speed},
+                    {"gemms", o.gemms},
+                    {"verify", o.verify}};
+  nlohmann::json list = nlohmann::json::array();
+  for (const RunOutcome& run : runs) {
+    nlohmann::json j = serving::run_json(run.result);
+    if (!run.error.empty()) {
+      j["error"] = run.error;
+      j["skipped"] = "failed: " + run.error;
+    }
+    list.push_back(j);
+  }
+  doc["runs"] = list;
+  return doc;
+}
+
+}  // namespace attnkit::tool
