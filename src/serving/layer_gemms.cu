@@ -99,6 +99,9 @@ LayerGemms::LayerGemms(const ModelSpec& model, int max_tokens) : impl_(std::make
   ATTNKIT_CHECK(m.shape.hidden > 0 && m.shape.intermediate > 0, "layer gemms: model ", model.name,
                 " needs hidden_size and intermediate_size, got ", m.shape.hidden, " and ", m.shape.intermediate);
   ATTNKIT_CUBLAS_CHECK(cublasCreate(&m.handle));
+  // The backends launch on the per-thread default stream (attnkit is built with
+  // --default-stream=per-thread); cuBLAS's own default would be the legacy stream.
+  ATTNKIT_CUBLAS_CHECK(cublasSetStream(m.handle, cudaStreamPerThread));
   const size_t h = m.shape.hidden, q = m.shape.qkv, o = m.shape.attn_out, i = m.shape.intermediate;
   const size_t t = static_cast<size_t>(max_tokens);
   const float w_scale = 0.04f;  // ~1/sqrt(hidden) for hidden in the thousands keeps outputs near 1

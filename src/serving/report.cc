@@ -263,7 +263,7 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
           s.points.emplace_back(cat, 100.0 * r["fraction_of_ceiling"].get<double>());
         }
         const double mcat = static_cast<double>(memory.bar_labels.size());
-        memory.bar_labels.push_back(backend + " (bench)");
+        memory.bar_labels.push_back(backend + " (bench)" + (nf > 1 ? " [" + std::to_string(f + 1) + "]" : ""));
         ws.points.emplace_back(mcat, r.value("workspace_bytes", 0.0) / (1 << 20));
       }
       for (auto& [name, s] : by_backend) latency.series.push_back(std::move(s));
