@@ -17,95 +17,147 @@ int max_decode_items(int num_requests, const PlanShape& shape) {
 int max_decode_merges(const PlanShape& shape) { return std::max(shape.num_ctas - 1, 0); }
 int max_decode_partials(const PlanShape& shape) { return 2 * max_decode_merges(shape); }
 
-// Worked example (llama3-8b heads, 8 KV heads, 264 CTAs): 32 requests of 128 and 32 of 8192 cost
-// 256 * (128 + 64) + 256 * (8192 + 64) = 2,162,688, so each CTA's share is about 8,192: the first
-// CTA takes 42 short units, every long unit fills about one CTA, and a unit is cut only where a
-// share ends (at most 263 cuts, each merged by one small merge item). One request of 32768 (8
-// units of 32832) gives shares of about 995: 33 chunks of 896-960 positions a unit.
+namespace {
+
+// One contiguous KV range of one unit, on one lane, before it becomes items.
+struct Chunk {
+  int32_t request_idx, head_block, slice, kv_begin, kv_end, lane;
+  int32_t ordinal, count;  // its place among its unit's chunks, and how many there are
+  int32_t partial_base;    // count > 1: the unit's first partial slot (head j: + j * count)
+};
+
+}  // namespace
+
+// Worked example (llama3-8b heads, 8 KV heads, 264 CTAs, one CTA a lane): 32 requests of 128 and
+// 32 of 8192 are 256 units of 128 and 256 of 8192, costing 256 * (128 + 64) + 256 * (8192 + 64)
+// = 2,162,688, so each CTA's share is about 8,256: the first CTA takes 43 short units, every long
+// one fills about one CTA, and a unit is cut only where a share ends (at most 263 cuts, each joined
+// by one small merge item). One request of 32768 (8 units) gives shares of about 1,059: 32 chunks
+// of 960-1,024 positions a unit. With lanes of 8 CTAs the same happens per lane, per head.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out) {
   DecodePlanStats st;
   const int num_ctas = shape.num_ctas;
   const int group = shape.group_size();
   const int num_slices = shape.num_slices();
-  const int units = shape.num_kv_heads * num_slices;
   ATTNKIT_CHECK(num_ctas >= 1, "planned plan: num_ctas must be >= 1, got ", num_ctas);
   ATTNKIT_CHECK(out.cta_item_indptr.size() >= static_cast<size_t>(num_ctas) + 1,
                 "planned plan: cta_item_indptr holds ", out.cta_item_indptr.size(), " entries, needs ", num_ctas + 1);
+  // A lane is a run of `width` consecutive CTAs that take the same chunks, one KV head each: they
+  // read the interleaved heads of the same cache slots at about the same time.
+  const int width = shape.lane_width();
+  const int num_lanes = num_ctas / width;
+  const int head_blocks = shape.num_kv_heads / width;
+  const int units = head_blocks * num_slices;  // per request
   const int n = batch.batch_size();
+  int64_t lane_total = 0;
   for (int i = 0; i < n; ++i) {
     if (batch.qo_len(i) != 1) continue;
     const int kv_len = batch.kv_len(i);
-    st.total_cost += int64_t{kv_len - decode_kv_begin(kv_len, window_left) + kItemCost} * units;
+    lane_total += int64_t{kv_len - decode_kv_begin(kv_len, window_left) + kItemCost} * units;
     ++st.num_decode_requests;
   }
 
-  // Each cut adds an item (and its fixed cost); budgeting for the most cuts there can be keeps
-  // the extra from piling up on the last CTA. Shares are recomputed as CTAs close, so a CTA that
-  // closed light or heavy is made up for by all the ones after it.
-  const int64_t budget = st.total_cost + int64_t{num_ctas - 1} * kItemCost;
-  int cta = 0;
-  int64_t assigned = 0;  // cost of the CTAs already closed
-  int64_t load = 0;      // cost given to the open CTA
-  auto share = [&] { return (budget - assigned + (num_ctas - cta) - 1) / (num_ctas - cta); };
+  // Pass 1: cut units into chunks on lanes. Each cut adds a chunk (and its fixed cost); budgeting
+  // for the most cuts there can be keeps the extra from piling up on the last lane. Shares are
+  // recomputed as lanes close, so a lane that closed light or heavy is made up for by the rest.
+  thread_local std::vector<Chunk> chunks;
+  thread_local std::vector<int32_t> lane_begin;
+  chunks.clear();
+  lane_begin.assign(static_cast<size_t>(num_lanes) + 1, 0);
+  const int64_t budget = lane_total + int64_t{num_lanes - 1} * kItemCost;
+  int lane = 0;
+  int64_t assigned = 0;  // cost of the lanes already closed
+  int64_t load = 0;      // cost given to the open lane
+  int64_t max_load = 0;
+  auto share = [&] { return (budget - assigned + (num_lanes - lane) - 1) / (num_lanes - lane); };
   int64_t target = share();
-  out.cta_item_indptr[0] = 0;
-  auto close_cta = [&] {
-    st.max_cta_cost = std::max(st.max_cta_cost, load);
+  auto close_lane = [&] {
+    max_load = std::max(max_load, load);
     assigned += load;
     load = 0;
-    out.cta_item_indptr[static_cast<size_t>(++cta)] = st.num_items;
+    lane_begin[static_cast<size_t>(++lane)] = static_cast<int32_t>(chunks.size());
     target = share();
   };
-  const size_t max_items = out.items.size();
   const size_t max_merges = out.merges.size();
-
   for (int i = 0; i < n; ++i) {
     if (batch.qo_len(i) != 1) continue;
     const int kv_len = batch.kv_len(i);
     const int lo = decode_kv_begin(kv_len, window_left);
-    for (int h = 0; h < shape.num_kv_heads; ++h) {
+    for (int hb = 0; hb < head_blocks; ++hb) {
       for (int slice = 0; slice < num_slices; ++slice) {
-        const int first = st.num_items;
+        const size_t first = chunks.size();
         for (int begin = lo; begin < kv_len;) {
           const int rest = kv_len - begin;
-          const bool last_cta = cta == num_ctas - 1;
+          const bool last_lane = lane == num_lanes - 1;
           const int64_t room = target - load;
           // The smallest next piece (a whole short unit, or a minimum chunk) goes here if that
           // overshoots the share by less than closing now would fall short of it.
-          if (!last_cta && load > 0 && 2 * room < std::min(rest, kMinChunk) + kItemCost) {
-            close_cta();
+          if (!last_lane && load > 0 && 2 * room < std::min(rest, kMinChunk) + kItemCost) {
+            close_lane();
             continue;
           }
           int take = rest;
-          if (!last_cta && rest + kItemCost > room) {
+          if (!last_lane && rest + kItemCost > room) {
             // Cut what fits, in whole tiles; never a chunk or a tail shorter than kMinChunk.
             const int fit = static_cast<int>((room - kItemCost) / kDecodeTileKv * kDecodeTileKv);
+            if (fit < kMinChunk && load > 0) {  // no room for a minimum chunk: the next lane takes it
+              close_lane();
+              continue;
+            }
             take = std::max(fit, kMinChunk);
             if (rest - take < kMinChunk) take = rest;
           }
-          ATTNKIT_CHECK(static_cast<size_t>(st.num_items) < max_items, "planned plan: more than ", max_items,
-                        " decode items (the bound for this batch)");
-          out.items[static_cast<size_t>(st.num_items++)] = {batch.qo_indptr[i], i, batch.kv_page_indptr[i], h,
-                                                            slice * kDecodeRows, begin, begin + take, -1};
+          chunks.push_back({i, hb, slice, begin, begin + take, lane, 0, 1, -1});
           load += take + kItemCost;
           begin += take;
-          if (!last_cta && load >= target) close_cta();
+          if (!last_lane && load >= target) close_lane();
         }
-        const int count = st.num_items - first;
+        // Pass 2, per unit: number its chunks and give a split unit its partial slots and merges.
+        const int count = static_cast<int>(chunks.size() - first);
+        int32_t base = -1;
         if (count > 1) {
-          ATTNKIT_CHECK(static_cast<size_t>(st.num_merges) < max_merges, "planned plan: more than ", max_merges,
-                        " merges (the bound for ", num_ctas, " CTAs)");
-          for (int k = first; k < st.num_items; ++k) out.items[static_cast<size_t>(k)].partial_idx = st.num_partials++;
-          out.merges[static_cast<size_t>(st.num_merges++)] = {
-              batch.qo_indptr[i], h * group + slice * kDecodeRows, std::min(kDecodeRows, group - slice * kDecodeRows),
-              st.num_partials - count, count, {0, 0, 0}};
+          base = st.num_partials;
+          st.num_partials += count * width;
+          for (int j = 0; j < width; ++j) {
+            ATTNKIT_CHECK(static_cast<size_t>(st.num_merges) < max_merges, "planned plan: more than ", max_merges,
+                          " merges (the bound for ", num_ctas, " CTAs)");
+            out.merges[static_cast<size_t>(st.num_merges++)] = {
+                batch.qo_indptr[i], (hb * width + j) * group + slice * kDecodeRows,
+                std::min(kDecodeRows, group - slice * kDecodeRows), base + j * count, count, {0, 0, 0}};
+          }
+        }
+        for (int k = 0; k < count; ++k) {
+          Chunk& c = chunks[first + static_cast<size_t>(k)];
+          c.ordinal = k;
+          c.count = count;
+          c.partial_base = base;
         }
       }
     }
   }
-  st.max_cta_cost = std::max(st.max_cta_cost, load);
-  st.total_cost = assigned + load;
-  while (cta < num_ctas) out.cta_item_indptr[static_cast<size_t>(++cta)] = st.num_items;
+  max_load = std::max(max_load, load);
+  while (lane < num_lanes) lane_begin[static_cast<size_t>(++lane)] = static_cast<int32_t>(chunks.size());
+
+  // Pass 3: each lane's chunks become one item per head, on the lane's CTAs.
+  const size_t max_items = out.items.size();
+  ATTNKIT_CHECK(chunks.size() * static_cast<size_t>(width) <= max_items, "planned plan: more than ", max_items,
+                " decode items (the bound for this batch)");
+  out.cta_item_indptr[0] = 0;
+  for (int l = 0; l < num_lanes; ++l) {
+    for (int j = 0; j < width; ++j) {
+      for (int32_t k = lane_begin[static_cast<size_t>(l)]; k < lane_begin[static_cast<size_t>(l) + 1]; ++k) {
+        const Chunk& c = chunks[static_cast<size_t>(k)];
+        const int r = c.request_idx;
+        out.items[static_cast<size_t>(st.num_items++)] = {
+            batch.qo_indptr[r], r, batch.kv_page_indptr[r], c.head_block * width + j, c.slice * kDecodeRows,
+            c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1};
+      }
+      out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = st.num_items;
+    }
+  }
+  for (int c = num_lanes * width; c < num_ctas; ++c) out.cta_item_indptr[static_cast<size_t>(c) + 1] = st.num_items;
+  st.max_cta_cost = max_load;
+  st.total_cost = (assigned + load) * width;
   if (out.num_merges) *out.num_merges = st.num_merges;
   return st;
 }
