@@ -1,6 +1,6 @@
-// CudaNaiveBackend: uploads the batch's page table, slots and masks at plan time, sizes the score
-// workspace (refusing, with the byte count, what free memory cannot hold), then launches the three
-// kernels of kernels/launch.h request by request.
+// CudaNaiveBackend: uploads the batch's requests, page table, slots and masks at plan time, sizes
+// the score workspace (refusing, with the byte count, what free memory cannot hold), then launches
+// the three kernels of kernels/launch.h once for the whole batch.
 #include "backends/cuda_naive/backend.h"
 
 #include <algorithm>
@@ -38,7 +38,8 @@ CudaNaiveBackend::CudaNaiveBackend(const BackendContext& context) : AttentionBac
 void CudaNaiveBackend::synchronize() { cuda::device_synchronize(); }
 
 size_t CudaNaiveBackend::workspace_bytes() const {
-  size_t total = scores_.nbytes() + page_indices_.nbytes() + out_cache_loc_.nbytes() + custom_mask_.nbytes();
+  size_t total = scores_.nbytes() + requests_.nbytes() + page_indices_.nbytes() + out_cache_loc_.nbytes() +
+                 custom_mask_.nbytes();
   for (const Buffer& b : sinks_) total += b.nbytes();
   return total;
 }
@@ -46,11 +47,9 @@ size_t CudaNaiveBackend::workspace_bytes() const {
 size_t CudaNaiveBackend::score_bytes(const ForwardBatch& batch) const {
   int max_heads = 0;
   for (int l = 0; l < model().num_layers(); ++l) max_heads = std::max(max_heads, model().layer(l).num_qo_heads);
-  size_t largest = 0;
-  for (int i = 0; i < batch.batch_size(); ++i) {
-    largest = std::max(largest, size_t(max_heads) * size_t(batch.qo_len(i)) * size_t(batch.kv_len(i)));
-  }
-  return largest * sizeof(float);
+  size_t pairs = 0;
+  for (int i = 0; i < batch.batch_size(); ++i) pairs += size_t(batch.qo_len(i)) * size_t(batch.kv_len(i));
+  return size_t(max_heads) * pairs * sizeof(float);
 }
 
 void CudaNaiveBackend::upload(Buffer& buffer, const void* src, size_t nbytes) {
@@ -78,14 +77,31 @@ void CudaNaiveBackend::plan(const ForwardBatch& batch) {
     size_t total_bytes = 0;
     ATTNKIT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const size_t usable = free_bytes + scores_.nbytes();  // the old workspace is given back first
-    ATTNKIT_CHECK(needed + kFreeMemoryMargin <= usable, "cuda-naive: the score matrix needs ", needed,
-                  " bytes of device memory (the largest request's num_qo_heads x qo_len x kv_len floats), but only ",
+    ATTNKIT_CHECK(needed + kFreeMemoryMargin <= usable, "cuda-naive: the score matrices need ", needed,
+                  " bytes of device memory (num_qo_heads x qo_len x kv_len floats, summed over the batch), but only ",
                   usable, " bytes are free and ", kFreeMemoryMargin,
                   " are kept as a margin; use a tiled backend (planned, hopper) or split the batch");
     scores_ = Buffer();
     scores_ = Buffer(Device::cuda, needed);
   }
 
+  std::vector<cuda_naive::RequestInfo> requests(static_cast<size_t>(batch.batch_size()));
+  int64_t pairs = 0;
+  max_kv_len_ = 0;
+  for (int i = 0; i < batch.batch_size(); ++i) {
+    const auto idx = static_cast<size_t>(i);
+    cuda_naive::RequestInfo& r = requests[idx];
+    r.pair_offset = pairs;
+    r.mask_offset = batch.has_custom_mask(i) ? batch.custom_mask_indptr[idx] : -1;
+    r.qo_start = batch.qo_indptr[idx];
+    r.qo_len = batch.qo_len(i);
+    r.kv_len = batch.kv_len(i);
+    r.prefix_len = batch.prefix_lens[idx];
+    r.page_start = batch.kv_page_indptr[idx];
+    pairs += int64_t{r.qo_len} * r.kv_len;
+    max_kv_len_ = std::max(max_kv_len_, r.kv_len);
+  }
+  upload(requests_, requests.data(), requests.size() * sizeof(cuda_naive::RequestInfo));
   upload(page_indices_, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
   upload(out_cache_loc_, batch.out_cache_loc.data(), batch.out_cache_loc.size() * sizeof(int64_t));
   upload(custom_mask_, batch.custom_mask.data(), batch.custom_mask.size());
@@ -107,17 +123,23 @@ void CudaNaiveBackend::run_extend(int layer, const TensorView& q, const TensorVi
   const AttentionSpec& spec = model().layer(layer);
   const KvCacheConfig& c = cache().config();
   const bool fp8 = c.dtype == DType::e4m3;
-  const size_t q_row = size_t(spec.num_qo_heads) * spec.head_dim_qk * dtype_size(q.dtype);
-  const size_t o_row = size_t(spec.num_qo_heads) * spec.head_dim_vo * dtype_size(out.dtype);
   const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
 
-  cuda_naive::RequestParams p;
+  cuda_naive::BatchParams p;
+  p.q = q.data;
   p.k_pool = cache().k_pool(layer);
   p.v_pool = cache().v_pool(layer);
+  p.requests = static_cast<const cuda_naive::RequestInfo*>(requests_.data());
+  p.page_indices = static_cast<const int32_t*>(page_indices_.data());
+  p.custom_mask = b.custom_mask.empty() ? nullptr : static_cast<const uint8_t*>(custom_mask_.data());
   p.sinks = sinks.nbytes() ? static_cast<const float*>(sinks.data()) : nullptr;
   p.scores = static_cast<float*>(scores_.data());
+  p.out = out.data;
   p.q_dtype = q.dtype;
   p.kv_dtype = c.dtype;
+  p.batch_size = b.batch_size();
+  p.num_rows = num_tokens * spec.num_qo_heads;
+  p.max_kv_len = max_kv_len_;
   p.page_size = c.page_size;
   p.num_qo_heads = spec.num_qo_heads;
   p.num_kv_heads = spec.num_kv_heads;
@@ -129,27 +151,14 @@ void CudaNaiveBackend::run_extend(int layer, const TensorView& q, const TensorVi
   p.v_scale = fp8 ? c.v_scale : 1.0f;
   p.causal = spec.causal;
   p.window_left = spec.window_left;
-
-  for (int i = 0; i < b.batch_size(); ++i) {
-    p.qo_len = b.qo_len(i);
-    if (p.qo_len == 0) continue;
-    p.kv_len = b.kv_len(i);
-    p.prefix_len = b.prefix_lens[static_cast<size_t>(i)];
-    p.q = static_cast<const char*>(q.data) + size_t(b.qo_indptr[static_cast<size_t>(i)]) * q_row;
-    p.out = static_cast<char*>(out.data) + size_t(b.qo_indptr[static_cast<size_t>(i)]) * o_row;
-    p.page_indices = static_cast<const int32_t*>(page_indices_.data()) + b.kv_page_indptr[static_cast<size_t>(i)];
-    p.mask = b.has_custom_mask(i)
-                 ? static_cast<const uint8_t*>(custom_mask_.data()) + b.custom_mask_indptr[static_cast<size_t>(i)]
-                 : nullptr;
-    cuda_naive::launch_scores(p);
-    cuda_naive::launch_softmax(p);
-    cuda_naive::launch_pv(p);
-  }
+  cuda_naive::launch_scores(p);
+  cuda_naive::launch_softmax(p);
+  cuda_naive::launch_pv(p);
 }
 
 void register_cuda_naive_backend(Registry& registry) {
   registry.add({.name = "cuda-naive",
-                .description = "scores to HBM, softmax, then P V: three kernels, no tiling (the IO-unaware baseline)",
+                .description = "scores to HBM, softmax, then P V: three kernels over the batch, no tiling (the IO-unaware baseline)",
                 .device = Device::cuda,
                 .capabilities = cuda_naive_capabilities,
                 .why_unavailable = [] { return cuda::why_unavailable(); },

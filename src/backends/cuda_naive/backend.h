@@ -1,5 +1,6 @@
-// The `cuda-naive` backend: the IO-unaware baseline. Per request, S = Q K^T goes to an HBM
-// workspace, softmax runs over it in place, then O = P V: three kernels (kernels/), no tiling.
+// The `cuda-naive` backend: the IO-unaware baseline. For every request and head, S = Q K^T goes to
+// an HBM workspace, softmax runs over it in place, then O = P V: three kernels (kernels/), each
+// launched once for the batch, no tiling.
 #pragma once
 
 #include <vector>
@@ -19,8 +20,8 @@ class CudaNaiveBackend final : public AttentionBackend {
   // Device memory held beyond the cache: the score workspace and the uploaded batch metadata.
   size_t workspace_bytes() const override;
 
-  // Bytes of score workspace `batch` needs under this model: the largest request's
-  // num_qo_heads x qo_len x kv_len floats (requests run one after another and share it).
+  // Bytes of score workspace `batch` needs under this model: num_qo_heads x qo_len x kv_len floats
+  // summed over the requests (every score of the batch is in HBM at once).
   size_t score_bytes(const ForwardBatch& batch) const;
 
  protected:
@@ -32,11 +33,13 @@ class CudaNaiveBackend final : public AttentionBackend {
   // Grows `buffer` to at least `nbytes` and copies `nbytes` from `src` into it.
   static void upload(Buffer& buffer, const void* src, size_t nbytes);
 
-  Buffer scores_;            // [max over requests of num_qo_heads * qo_len * kv_len] f32
+  Buffer scores_;            // [sum over requests of num_qo_heads * qo_len * kv_len] f32
+  Buffer requests_;          // [batch_size] cuda_naive::RequestInfo
   Buffer page_indices_;      // [kv_page_indices.size()] i32
   Buffer out_cache_loc_;     // [num_tokens] i64
   Buffer custom_mask_;       // [custom_mask.size()] u8, empty without masks
   std::vector<Buffer> sinks_;  // [num_layers] each [num_qo_heads] f32, empty where the layer has none
+  int max_kv_len_ = 0;       // of the planned batch
 };
 
 }  // namespace attnkit

@@ -24,17 +24,45 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
-// Cache slot of the request's key t: page t / page_size of its page table.
-__device__ __forceinline__ int64_t slot_of(const RequestParams& p, int t) {
-  return int64_t{p.page_indices[t / p.page_size]} * p.page_size + t % p.page_size;
+// One score row of the batch: its request, head and query.
+struct Row {
+  const RequestInfo* request;
+  int h;            // query head
+  int j;            // query index within the request
+  float* g_scores;  // [kv_len] the row's scores
+};
+
+// Finds the request that owns score row `row`: the last whose first row, num_qo_heads * qo_start,
+// is <= row (a request with no new tokens shares its qo_start with the next one, the owner).
+__device__ __forceinline__ Row find_row(const BatchParams& p, int64_t row) {
+  const int64_t token = row / p.num_qo_heads;  // qo_start <= token  <=>  num_qo_heads * qo_start <= row
+  int lo = 0;
+  int hi = p.batch_size - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.requests[mid].qo_start <= token) lo = mid; else hi = mid - 1;
+  }
+  const RequestInfo* r = p.requests + lo;
+  const int64_t local = row - int64_t{p.num_qo_heads} * r->qo_start;
+  Row out;
+  out.request = r;
+  out.h = static_cast<int>(local / r->qo_len);
+  out.j = static_cast<int>(local % r->qo_len);
+  out.g_scores = p.scores + int64_t{p.num_qo_heads} * r->pair_offset + local * r->kv_len;
+  return out;
 }
 
-// Whether query j sees key t: the custom mask row where there is one, else the causal rule; the
-// window applies to both (the same rule as the reference backend).
-__device__ __forceinline__ bool is_visible(const RequestParams& p, int j, int t) {
-  const int q_pos = p.prefix_len + j;
-  if (p.mask != nullptr) {
-    if (!p.mask[int64_t{j} * p.kv_len + t]) return false;
+// Cache slot of the request's key t: page t / page_size of its page table.
+__device__ __forceinline__ int64_t slot_of(const BatchParams& p, const RequestInfo& r, int t) {
+  return int64_t{p.page_indices[r.page_start + t / p.page_size]} * p.page_size + t % p.page_size;
+}
+
+// Whether query j sees key t: the custom mask row where the request has one, else the causal
+// rule; the window applies to both (the same rule as the reference backend).
+__device__ __forceinline__ bool is_visible(const BatchParams& p, const RequestInfo& r, int j, int t) {
+  const int q_pos = r.prefix_len + j;
+  if (r.mask_offset >= 0) {
+    if (!p.custom_mask[r.mask_offset + int64_t{j} * r.kv_len + t]) return false;
   } else if (p.causal && t > q_pos) {
     return false;
   }
@@ -90,7 +118,7 @@ __device__ __forceinline__ float dot_row(const float* s_q, const KvT* g_k, int d
 // Calls fn(QT{}, KvT{}) with the element types of p's q and cache dtypes: the written-out switch
 // every launcher goes through, ending in the "unsupported" answer.
 template <typename Fn>
-void dispatch_dtypes(const RequestParams& p, Fn&& fn) {
+void dispatch_dtypes(const BatchParams& p, Fn&& fn) {
   auto with_kv = [&](auto q_tag) {
     switch (p.kv_dtype) {
       case DType::bf16: return fn(q_tag, __nv_bfloat16{});

@@ -1,5 +1,5 @@
-// P = softmax(S) in place over one request's score rows, each row read from HBM and written back:
-// the second pass of the naive path (scores.cu wrote S; pv.cu reads P).
+// P = softmax(S) in place over every score row of the batch, each row read from HBM and written
+// back: the second pass of the naive path (scores.cu wrote S; pv.cu reads P).
 #include "backends/cuda_naive/kernels/launch.h"
 #include "backends/cuda_naive/kernels/load.cuh"
 #include "cuda/check.h"
@@ -27,38 +27,36 @@ __device__ __forceinline__ float block_reduce(float x, float* s_tmp, Op op) {
   return r;
 }
 
-// Grid: x = score row (head h, query j) as h * qo_len + j.
-__global__ void __launch_bounds__(kSoftmaxThreads) softmax_kernel(const RequestParams p) {
+// Grid: x = score row of the batch.
+__global__ void __launch_bounds__(kSoftmaxThreads) softmax_kernel(const BatchParams p) {
   __shared__ float s_tmp[kWarps];  // [kWarps]
-  const int64_t row = blockIdx.x;
-  const int h = static_cast<int>(row / p.qo_len);
-  float* g_s = p.scores + row * p.kv_len;
+  const Row row = find_row(p, blockIdx.x);
+  const int kv_len = row.request->kv_len;
+  float* g_s = row.g_scores;  // [kv_len]
 
   float m = -INFINITY;
-  for (int t = threadIdx.x; t < p.kv_len; t += kSoftmaxThreads) m = fmaxf(m, g_s[t]);
+  for (int t = threadIdx.x; t < kv_len; t += kSoftmaxThreads) m = fmaxf(m, g_s[t]);
   m = block_reduce(m, s_tmp, [](float a, float b) { return fmaxf(a, b); });
   if (m == -INFINITY) {
     // Nothing visible: the row averages nothing and must give zeros, never exp(-inf - -inf).
-    for (int t = threadIdx.x; t < p.kv_len; t += kSoftmaxThreads) g_s[t] = 0.0f;
+    for (int t = threadIdx.x; t < kv_len; t += kSoftmaxThreads) g_s[t] = 0.0f;
     return;
   }
   float sum = 0.0f;
-  for (int t = threadIdx.x; t < p.kv_len; t += kSoftmaxThreads) sum += expf(g_s[t] - m);
+  for (int t = threadIdx.x; t < kv_len; t += kSoftmaxThreads) sum += expf(g_s[t] - m);
   sum = block_reduce(sum, s_tmp, [](float a, float b) { return a + b; });
   // The sink joins the denominator only: it takes probability mass without a value row.
-  if (p.sinks != nullptr) sum += expf(p.sinks[h] - m);
+  if (p.sinks != nullptr) sum += expf(p.sinks[row.h] - m);
   const float inv = 1.0f / sum;
-  for (int t = threadIdx.x; t < p.kv_len; t += kSoftmaxThreads) g_s[t] = expf(g_s[t] - m) * inv;
+  for (int t = threadIdx.x; t < kv_len; t += kSoftmaxThreads) g_s[t] = expf(g_s[t] - m) * inv;
 }
 
 }  // namespace
 
-void launch_softmax(const RequestParams& p) {
-  if (p.qo_len == 0 || p.kv_len == 0) return;
-  const int64_t rows = int64_t{p.num_qo_heads} * p.qo_len;
-  softmax_kernel<<<static_cast<unsigned>(rows), kSoftmaxThreads>>>(p);
-  ATTNKIT_CUDA_CHECK_LAUNCH("cuda-naive softmax_kernel [", p.num_qo_heads, " heads x ", p.qo_len, " x ", p.kv_len,
-                            "]");
+void launch_softmax(const BatchParams& p) {
+  if (p.num_rows == 0) return;
+  softmax_kernel<<<static_cast<unsigned>(p.num_rows), kSoftmaxThreads>>>(p);
+  ATTNKIT_CUDA_CHECK_LAUNCH("cuda-naive softmax_kernel [", p.num_rows, " rows]");
 }
 
 }  // namespace attnkit::cuda_naive
