@@ -34,7 +34,7 @@ std::pair<int, int> visible_keys(const PlanShape& shape, int kv_len, int pos_lo,
 
 // Example (decode, one unit per request): 1 x 32768 keys: 32768 / 64 = 512 -> 64 chunks of 512;
 // 8 x 4096: 32768 / 64 = 512 -> 8 chunks each, 64 units; 64 x 4096: already 64 units -> no split.
-// A prefill of 4096 tokens (llama3-8b heads) has 2048 row-block units -> no split.
+// A prefill of 4096 tokens (llama3-8b heads) has 1024 row-block units -> no split.
 int choose_kv_chunk(const std::vector<int>& spans, int kv_tile) {
   if (static_cast<int64_t>(spans.size()) >= kTargetUnits) return 0;
   int64_t total = 0;

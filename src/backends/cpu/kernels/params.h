@@ -9,8 +9,9 @@
 
 namespace attnkit::cpu {
 
-// Most query rows one unit of the rows kernel holds: its Q^T, S^T and O tiles stay in L2.
-constexpr int kBlockRows = 64;
+// Most query rows one unit of the rows kernel holds: its Q^T, S^T and O tiles (224 KiB with
+// llama3-8b heads) stay in L2, and each packed K/V tile serves 128 rows (64: 3-10% slower prefill).
+constexpr int kBlockRows = 128;
 
 struct AttendParams {
   const void* q = nullptr;         // [num_tokens, num_qo_heads, head_dim_qk] of q_dtype, never null

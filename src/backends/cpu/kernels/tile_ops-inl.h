@@ -119,7 +119,8 @@ HWY_INLINE void convert_row(const T* HWY_RESTRICT src, int n, float scale, float
   for (; e < n_pad; ++e) dst[e] = 0.0f;
 }
 
-// Asks for n elements from p into L2 (not L1: the tiles being computed live there).
+// Asks for n elements from p into L2 (not L1: the tiles being computed live there). Used by the
+// heads kernel, whose key rows are too scattered for the hardware prefetcher.
 template <typename T>
 HWY_INLINE void prefetch_row(const T* p, int n) {
   const char* c = reinterpret_cast<const char*>(p);
