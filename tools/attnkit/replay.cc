@@ -3,6 +3,7 @@
 // is src/serving (scheduler, step loop, verification); the table and JSON layout: replay_output.cc.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -86,7 +87,6 @@ std::vector<std::string> backend_list(const Options& o) {
   std::string name;
   while (std::getline(ss, name, ',')) {
     if (name.empty()) continue;
-    if (name != "auto") Registry::global().get(name);  // throws naming the known backends
     names.push_back(name);
   }
   return names;
@@ -99,9 +99,34 @@ std::function<int()> add_replay(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("--trace", o->trace,
                   "Trace file (Azure 2023 / BurstGPT / ShareGPT-arXiv stats CSV, Mooncake JSONL), or builtin");
-  cmd->add_option("--backend", o->backend, "Backend names, comma-separated, or all (default: auto)");
-  cmd->add_option("--prefill-backend", o->prefill_backend, "Hybrid pair: backend for extend and mixed steps");
-  cmd->add_option("--decode-backend", o->decode_backend, "Hybrid pair: backend for decode steps");
+  std::vector<std::string> known = Registry::global().names();
+  known.push_back("auto");
+  // Each comma-separated name must be a backend (or auto), or the whole value "all".
+  const CLI::Validator backend_names(
+      [known](std::string& value) -> std::string {
+        if (value == "all") return {};
+        std::stringstream ss(value);
+        std::string name;
+        while (std::getline(ss, name, ',')) {
+          if (std::find(known.begin(), known.end(), name) == known.end()) {
+            std::string list;
+            for (const auto& k : known) list += (list.empty() ? "" : ",") + k;
+            return name + " not in {" + list + ",all}";
+          }
+        }
+        return {};
+      },
+      "NAME[,NAME...]|all");
+  const CLI::Validator one_backend = CLI::IsMember(Registry::global().names());
+  cmd->add_option("--backend", o->backend, "Backend names, comma-separated, or all (default: auto)")
+      ->check(backend_names);
+  CLI::Option* prefill =
+      cmd->add_option("--prefill-backend", o->prefill_backend, "Hybrid pair: backend for extend and mixed steps")
+          ->check(one_backend);
+  CLI::Option* decode = cmd->add_option("--decode-backend", o->decode_backend, "Hybrid pair: backend for decode steps")
+                            ->check(one_backend);
+  prefill->needs(decode);
+  decode->needs(prefill);
   cmd->add_option("--preset", o->preset, "Model preset")->check(CLI::IsMember(preset_names()));
   cmd->add_option("--layers", o->layers, "Layers to run (default: the preset's own count)")->check(CLI::Range(0, 1000));
   cmd->add_option("--max-requests", o->max_requests, "Replay only the first N requests (0: all)")
@@ -133,8 +158,6 @@ std::function<int()> add_replay(CLI::App& app) {
   cmd->add_flag("--progress", o->progress, "Show progress even when stderr is not a terminal");
   cmd->add_flag("--no-progress", o->no_progress, "Never show progress");
   return [o] {
-    ATTNKIT_CHECK(o->prefill_backend.empty() == o->decode_backend.empty(),
-                  "replay: --prefill-backend and --decode-backend go together");
     serving::TraceOptions topt;
     topt.max_requests = o->max_requests;
     topt.max_context = o->max_context;
