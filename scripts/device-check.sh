@@ -63,6 +63,8 @@ else
   test_dir=build-device/tests
   export LD_LIBRARY_PATH="${cublas_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# Tests that run the tool find it here (their compiled-in path is the build machine's).
+export ATTNKIT_TOOL="$root/$tool"
 if ldd "$tool" | grep "not found"; then note "missing shared libraries for $tool (above)"; fi
 "$tool" list || note "attnkit list FAILED"
 gpu_backends="${backends_arg:-$("$tool" list 2>/dev/null | awk 'NR > 1 && $2 == "cuda" {print $1}' | paste -sd' ')}"
