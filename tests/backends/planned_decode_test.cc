@@ -5,8 +5,12 @@
 
 #include <cstdio>
 
+#include <cmath>
+#include <cstring>
+
 #include "attnkit/registry.h"
 #include "harness/check.h"
+#include "harness/device_copy.h"
 
 namespace attnkit {
 namespace {
@@ -170,6 +174,98 @@ TEST(PlannedDecodeStandard, DecodeAndMixedCases) {
                           << r.message;
   }
   EXPECT_GE(ran, 10);
+}
+
+// Writes the same random prefix K/V into every layer of `cache`, whatever its device and page order.
+void fill_prefix(KvCache& cache, const ForwardBatch& b, uint64_t seed) {
+  const KvCacheConfig& c = cache.config();
+  std::vector<int64_t> slots;
+  for (int i = 0; i < b.batch_size(); ++i) {
+    for (int64_t t = 0; t < b.prefix_lens[i]; ++t) slots.push_back(b.slot(i, t));
+  }
+  const auto n = static_cast<int64_t>(slots.size());
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    harness::Staged loc(c.device, DType::i64, {n});
+    std::memcpy(loc.host_data(), slots.data(), slots.size() * sizeof(int64_t));
+    harness::Staged k(c.device, DType::f32, {n, c.num_kv_heads, c.head_dim_k});
+    harness::Staged v(c.device, DType::f32, {n, c.num_kv_heads, c.head_dim_v});
+    harness::fill_uniform(k.host(), seed + static_cast<uint64_t>(layer) * 2, -1.0f, 1.0f);
+    harness::fill_uniform(v.host(), seed + static_cast<uint64_t>(layer) * 2 + 1, -1.0f, 1.0f);
+    loc.upload();
+    k.upload();
+    v.upload();
+    cache.store(layer, k.dev(), v.dev(), loc.dev());
+  }
+  synchronize(c.device);
+}
+
+harness::Staged widened(const harness::Staged& t, const std::vector<int64_t>& shape) {
+  harness::Staged out(Device::cpu, DType::f32, shape);
+  const TensorView h = t.host();
+  for (int64_t e = 0; e < h.numel(); ++e) static_cast<float*>(out.host_data())[e] = load_as_float(h.data, h.dtype, e);
+  return out;
+}
+
+// Layers that differ in window and sinks share one plan upload, one decode variant per window.
+TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ModelSpec model;
+  model.name = "two windows";
+  AttentionSpec spec = heads(16, 2, 64);
+  spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, -3.0f, 1.5f, 0.25f, -0.5f, 1.0f, 0.1f, -2.0f, 0.3f, 0.7f, -0.7f, 1.2f, 0.0f};
+  model.layers = {spec, spec, spec};
+  model.layers[0].window_left = 40;
+  model.layers[2].window_left = 700;
+  model.layers[2].sinks.clear();
+  KvCacheConfig cfg;
+  cfg.num_layers = 3;
+  cfg.num_pages = 200;
+  cfg.page_size = 16;
+  cfg.num_kv_heads = 2;
+  cfg.head_dim_k = cfg.head_dim_v = 64;
+  KvCacheConfig dev_cfg = cfg;
+  dev_cfg.device = Device::cuda;
+  KvCache dev_cache(dev_cfg), ref_cache(cfg);
+  dev_cache.allocator().shuffle(5);
+  std::vector<RequestStep> steps;
+  for (int64_t prefix : {1500, 4, 300, 41}) steps.push_back({.id = -1, .prefix_len = prefix, .num_new_tokens = 1, .custom_mask = {}});
+  const ForwardBatch dev_batch = build_batch(dev_cache, steps);
+  const ForwardBatch ref_batch = build_batch(ref_cache, steps);
+  fill_prefix(dev_cache, dev_batch, 77);
+  fill_prefix(ref_cache, ref_batch, 77);
+  auto dut = create_backend("planned", {&model, &dev_cache});
+  auto ref = create_backend("reference", {&model, &ref_cache});
+  dut->init_forward_metadata(dev_batch);
+  ref->init_forward_metadata(ref_batch);
+
+  const int64_t n = 4;
+  const std::vector<int64_t> q_shape = {n, 16, 64}, kv_shape = {n, 2, 64};
+  for (int layer = 0; layer < 3; ++layer) {
+    harness::Staged q(Device::cuda, DType::bf16, q_shape), k(Device::cuda, DType::bf16, kv_shape),
+        v(Device::cuda, DType::bf16, kv_shape), out(Device::cuda, DType::bf16, q_shape);
+    harness::Staged ref_out(Device::cpu, DType::f32, q_shape);
+    harness::fill_uniform(q.host(), 10 + static_cast<uint64_t>(layer), -2.0f, 2.0f);
+    harness::fill_uniform(k.host(), 20 + static_cast<uint64_t>(layer), -1.0f, 1.0f);
+    harness::fill_uniform(v.host(), 30 + static_cast<uint64_t>(layer), -1.0f, 1.0f);
+    q.upload();
+    k.upload();
+    v.upload();
+    out.poison();
+    dut->forward(layer, q.dev(), k.dev(), v.dev(), out.dev());
+    dut->synchronize();
+    out.download();
+    const harness::Staged q32 = widened(q, q_shape), k32 = widened(k, kv_shape), v32 = widened(v, kv_shape);
+    ref->forward(layer, q32.host(), k32.host(), v32.host(), ref_out.host());
+    double max_ref = 0.0, max_err = 0.0;
+    for (int64_t e = 0; e < ref_out.numel(); ++e) {
+      const double want = load_as_float(ref_out.host().data, DType::f32, e);
+      const double got = load_as_float(out.host().data, DType::bf16, e);
+      max_ref = std::max(max_ref, std::fabs(want));
+      max_err = std::max(max_err, std::isnan(got) ? INFINITY : std::fabs(got - want));
+    }
+    EXPECT_LE(max_err / std::max(max_ref, 1.0e-30), harness::default_tolerance(DType::bf16, DType::bf16))
+        << "layer " << layer << ": max error " << max_err << " of max " << max_ref;
+  }
 }
 
 TEST(PlannedDecodeRefusals, UnsupportedShapesAreRefusedByCapabilities) {
