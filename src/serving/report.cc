@@ -180,10 +180,20 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
                   " is neither a replay result (\"kind\": \"replay\") nor a bench result (\"results\": [...])");
   }
   const size_t nf = inputs.size();
+  // Read-bandwidth ceilings from the first bench file measured with --ceilings (0: none given).
+  double cpu_read = 0.0, gpu_read = 0.0;
+  for (const ReportInput& in : inputs) {
+    if (!is_bench(in.data) || !in.data.contains("ceilings")) continue;
+    const json& c = in.data["ceilings"];
+    if (cpu_read == 0.0) cpu_read = c.value("cpu_read_bytes_per_s", 0.0);
+    if (gpu_read == 0.0) gpu_read = c.value("gpu_read_bytes_per_s", 0.0);
+  }
   Plot latency = make_plot("Attention time per layer vs KV tokens read", "KV tokens in the step", "ms per layer",
                            Plot::Style::points, true, true);
   Plot ttft = make_plot("Time to first token", "TTFT (s)", "fraction of requests", Plot::Style::lines, true);
   Plot tpot = make_plot("Time per output token", "TPOT (s)", "fraction of requests", Plot::Style::lines, true);
+  Plot bandwidth = make_plot("Replay decode steps: attention's KV read rate as a fraction of the measured ceiling",
+                             "KV tokens in the step", "% of read bandwidth", Plot::Style::points, true);
   Plot memory = make_plot("Memory", "", "MiB", Plot::Style::bars);
   Plot step = make_plot("Mean step time by part", "", "ms per step", Plot::Style::bars);
   Plot ceiling = make_plot("Fraction of the measured ceiling (attnkit bench --ceilings)", "", "% of ceiling",
@@ -213,6 +223,16 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
           sum_gemm += st[c_gemm].get<double>();
           sum_sched += st[c_sched].get<double>();
           sum_step += st[c_step].get<double>();
+        }
+        // Decode attention reads every cached K/V row once: bytes of one token's K and V in one layer
+        // (page_bytes covers page_size tokens of every layer) times the KV tokens, over the time of one layer.
+        const double ceiling = run.value("device", "") == "cuda" ? gpu_read : cpu_read;
+        const double row_bytes =
+            run["config"].value("page_bytes", 0.0) / std::max(1, run["config"].value("page_size", 1)) / layers;
+        if (ceiling > 0 && row_bytes > 0) {
+          Series frac{name, {}, color, 7};
+          for (const auto& [x, y] : decode.points) frac.points.emplace_back(x, 100.0 * x * row_bytes / (y * 1e-3) / ceiling);
+          bandwidth.series.push_back(std::move(frac));
         }
         latency.series.push_back(std::move(decode));
         latency.series.push_back(std::move(mixed));
@@ -281,6 +301,9 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
                      "tokens read.");
   page.plot(ceiling, "Bench results measured with --ceilings: bytes/s against the device's read bandwidth for decode, "
                      "FLOP/s against its matrix rate otherwise.");
+  page.plot(bandwidth, "Each decode step of a replay: KV bytes read by one layer's attention over its time, against "
+                       "the device's read bandwidth from a bench file measured with --ceilings (pass one to see this); a KV "
+                       "small enough to stay in the CPU's caches can read faster than memory.");
   page.plot(ttft, "Distribution of the time from a request's arrival to its first output token.");
   page.plot(tpot, "Distribution of each request's mean time between output tokens (requests with >1 output).");
   page.plot(memory, "Peak KV cache in use, the backend's peak workspace, and the one layer of weights the GEMMs use.");

@@ -66,7 +66,9 @@ TEST(Report, OneSvgPerPlotWhenGnuplotIsInstalled) {
   const std::string html = page();
   size_t svgs = 0;
   for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
-  EXPECT_EQ(svgs, 6u);  // latency, ceiling, TTFT, TPOT, memory, step time
+  // latency, ceiling, TTFT, TPOT, memory, step time; the replay's bandwidth plot needs ceilings
+  // for its device (the bench file here has none).
+  EXPECT_EQ(svgs, 6u);
   EXPECT_EQ(html.find("<?xml"), std::string::npos);
 }
 
