@@ -318,6 +318,14 @@ std::vector<PrefillCase> cases() {
   add({.label = "gqa4 d256 f16 e4m3 window, 2 KV splits", .head_dim = 256, .q_dtype = DType::f16,
        .kv_dtype = DType::e4m3, .page_size = 32, .requests = {{200, 40}}, .window_left = 100, .kv_splits = 2});
   add({.label = "gqa4 d128 long chunk", .requests = {{1000, 300}}});
+  add({.label = "gqa4 d128 bf16 q, f16 cache", .kv_dtype = DType::f16, .requests = {{40, 90}, {0, 20}}});
+  add({.label = "gqa2 d64 f16 q, bf16 cache, window", .num_qo_heads = 4, .num_kv_heads = 2, .head_dim = 64,
+       .q_dtype = DType::f16, .kv_dtype = DType::bf16, .requests = {{60, 50}}, .window_left = 30});
+  add({.label = "gqa4 d128 f16 ragged", .q_dtype = DType::f16, .kv_dtype = DType::f16, .page_size = 8,
+       .requests = {{20, 150}, {0, 77}, {5, 1}}});
+  add({.label = "gqa8 d128 f16 e4m3 cache, soft-cap, 2 KV splits", .num_qo_heads = 16, .num_kv_heads = 2,
+       .q_dtype = DType::f16, .kv_dtype = DType::e4m3, .requests = {{300, 70}}, .soft_cap = 2.0f, .k_scale = 0.75f,
+       .v_scale = 1.25f, .kv_splits = 2});
   return v;
 }
 
@@ -328,6 +336,38 @@ TEST_P(PlannedPrefill, MatchesReferenceOnOtherInputs) { run_case(GetParam(), 123
 
 INSTANTIATE_TEST_SUITE_P(Cases, PlannedPrefill, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return "case" + std::to_string(info.index); });
+
+// Through the backend (plan, cache store, extend kernel): the harness's extend and mixed cases and
+// a few longer ones, against `reference` on fresh inputs.
+TEST(PlannedPrefillBackend, ExtendAndMixedCasesMatchReference) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  std::vector<harness::CheckCase> checks;
+  for (const harness::CheckCase& c : harness::standard_cases()) {
+    if (std::any_of(c.requests.begin(), c.requests.end(), [](const auto& r) { return r.second > 1; }))
+      checks.push_back(c);
+  }
+  harness::CheckCase chunked;
+  chunked.label = "chunked prefill, llama3-8b heads";
+  chunked.spec.num_qo_heads = 32;
+  chunked.spec.num_kv_heads = 8;
+  chunked.spec.head_dim_qk = chunked.spec.head_dim_vo = 128;
+  chunked.requests = {{700, 300}, {0, 45}, {129, 1}};
+  checks.push_back(chunked);
+  chunked.label = "chunked prefill, head dim 64, f16, page 1";
+  chunked.spec.head_dim_qk = chunked.spec.head_dim_vo = 64;
+  chunked.q_dtype = chunked.kv_dtype = DType::f16;
+  chunked.page_size = 1;
+  checks.push_back(chunked);
+  int ran = 0;
+  for (const harness::CheckCase& c : checks) {
+    const harness::CheckResult r = harness::run_check("planned", c);
+    if (!r.skipped.empty()) continue;
+    ++ran;
+    EXPECT_TRUE(r.passed) << harness::describe(c) << ": " << r.message;
+  }
+  EXPECT_GT(ran, 0) << "the planned backend skipped every extend case";
+}
 
 TEST(PlannedPrefillParams, RefusesUnsupportedShapes) {
   PrefillParams p;
@@ -343,12 +383,12 @@ TEST(PlannedPrefillParams, RefusesUnsupportedShapes) {
     EXPECT_STREQ(e.what(), "planned prefill: head_dim must be 64, 128 or 256, got 96");
   }
   p.head_dim = 128;
-  p.kv_dtype = DType::f16;
+  p.kv_dtype = DType::f32;
   try {
     check_prefill_params(p);
-    FAIL() << "a bf16 q with an f16 cache was accepted";
+    FAIL() << "an f32 cache was accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "planned prefill: cache dtype must be the q dtype (bf16) or e4m3, got f16");
+    EXPECT_STREQ(e.what(), "planned prefill: cache dtype must be bf16, f16 or e4m3, got f32");
   }
   EXPECT_EQ(prefill_tile_rows(128) % 16, 0);
 }

@@ -14,21 +14,24 @@ namespace attnkit::planned {
 namespace {
 
 // Tile shapes, per head dim (the same for every dtype, so the planner's tile count never depends on
-// it). A warp owning 32 rows (two m16 tiles) reads each K/V fragment from shared memory once for
-// both, halving shared-memory traffic per MMA against 16 rows; the price is 255 registers, so two
-// CTAs of 4 warps share an SM (128: 32 KB Q + 64 KB K/V stages each). Measured on an H200 (bf16,
-// 32/8 heads, causal 8k): 4 warps x 32 rows 286 TFLOP/s, 8 warps x 16 rows 272; KV tiles of 32: -10%.
-// 256: 16 rows a warp and KV tiles of 32, Q re-read from shared memory (its fragments alone would
-// take 64 registers a thread).
+// it). 64 and 128: two warpgroups (8 warps, 128 packed rows) issue wgmma against KV tiles of 64, at
+// 128 registers so that two CTAs share an SM and one's softmax overlaps the other's MMAs.
+// Measured on an H200 (bf16, 32/8 heads, head dim 128; causal 8k / full 8k TFLOP/s):
+//   wgmma, KV tile 64, 2 CTAs an SM       417 / 426
+//   wgmma, KV tile 128, 1 CTA an SM       394 / 414
+//   wgmma, KV tile 64, 1 CTA an SM        327 / 333
+//   mma.sync, 4 warps x 32 rows, 2 CTAs   287 / 288  (8 warps x 16 rows: 272; KV tile 32: -10%)
+// 256: mma.sync, 16 rows a warp and KV tiles of 32, Q re-read from shared memory (its fragments
+// alone would take 64 registers a thread); wgmma's accumulators would not fit beside S at 256.
 template <typename T, typename TKv, int kHeadDim>
 struct ConfigFor;
 template <typename T, typename TKv>
 struct ConfigFor<T, TKv, 64> {
-  using type = PrefillConfig<T, TKv, 64, 8, 1, 64>;
+  using type = PrefillConfig<T, TKv, 64, 8, 1, 64, 2, true>;
 };
 template <typename T, typename TKv>
 struct ConfigFor<T, TKv, 128> {
-  using type = PrefillConfig<T, TKv, 128, 4, 2, 64, 2>;
+  using type = PrefillConfig<T, TKv, 128, 8, 1, 64, 2, true>;
 };
 template <typename T, typename TKv>
 struct ConfigFor<T, TKv, 256> {
@@ -37,6 +40,15 @@ struct ConfigFor<T, TKv, 256> {
 
 template <typename C>
 void launch_config(const PrefillParams& p, cudaStream_t stream) {
+  if constexpr (C::kWgmma) {
+    int device = 0, major = 0;
+    ATTNKIT_CUDA_CHECK(cudaGetDevice(&device));
+    ATTNKIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (major != 9)
+      throw Error(::attnkit::detail::concat("planned prefill: head_dim ", p.head_dim,
+                                            " runs on wgmma, which needs a Hopper (sm_90a) GPU, got compute capability ",
+                                            major, ".x"));
+  }
   // Past 48 KB a kernel must opt in; once per instantiation is enough for the process.
   static const bool smem_ready = [] {
     ATTNKIT_CUDA_CHECK(
@@ -114,8 +126,8 @@ void check_prefill_params(const PrefillParams& p) {
     fail("head_dim must be 64, 128 or 256, got ", p.head_dim);
   if (p.q_dtype != DType::bf16 && p.q_dtype != DType::f16)
     fail("q dtype must be bf16 or f16, got ", dtype_name(p.q_dtype));
-  if (p.kv_dtype != p.q_dtype && p.kv_dtype != DType::e4m3)
-    fail("cache dtype must be the q dtype (", dtype_name(p.q_dtype), ") or e4m3, got ", dtype_name(p.kv_dtype));
+  if (p.kv_dtype != DType::bf16 && p.kv_dtype != DType::f16 && p.kv_dtype != DType::e4m3)
+    fail("cache dtype must be bf16, f16 or e4m3, got ", dtype_name(p.kv_dtype));
   if (p.page_size < 1 || p.page_size > 256) fail("page_size must be in 1..256, got ", p.page_size);
   if (p.num_kv_heads < 1 || p.num_qo_heads % p.num_kv_heads != 0)
     fail("num_qo_heads (", p.num_qo_heads, ") must be a multiple of num_kv_heads (", p.num_kv_heads, ")");
@@ -133,16 +145,20 @@ void check_prefill_params(const PrefillParams& p) {
 void launch_prefill(const PrefillParams& p, cudaStream_t stream) {
   check_prefill_params(p);
   if (p.num_work_items == 0) return;
-  const bool fp8 = p.kv_dtype == DType::e4m3;
-  switch (p.q_dtype) {
+  // The math runs in q's type; a cache of another type is converted as its tiles are loaded.
+  const bool q_bf16 = p.q_dtype == DType::bf16;
+  switch (p.kv_dtype) {
     case DType::bf16:
-      return fp8 ? launch_head_dim<__nv_bfloat16, uint8_t>(p, stream)
-                 : launch_head_dim<__nv_bfloat16, __nv_bfloat16>(p, stream);
+      return q_bf16 ? launch_head_dim<__nv_bfloat16, __nv_bfloat16>(p, stream)
+                    : launch_head_dim<__half, __nv_bfloat16>(p, stream);
     case DType::f16:
-      return fp8 ? launch_head_dim<__half, uint8_t>(p, stream) : launch_head_dim<__half, __half>(p, stream);
+      return q_bf16 ? launch_head_dim<__nv_bfloat16, __half>(p, stream) : launch_head_dim<__half, __half>(p, stream);
+    case DType::e4m3:
+      return q_bf16 ? launch_head_dim<__nv_bfloat16, uint8_t>(p, stream) : launch_head_dim<__half, uint8_t>(p, stream);
     default: break;
   }
-  throw Error(::attnkit::detail::concat("planned prefill: q dtype must be bf16 or f16, got ", dtype_name(p.q_dtype)));
+  throw Error(::attnkit::detail::concat("planned prefill: cache dtype must be bf16, f16 or e4m3, got ",
+                                        dtype_name(p.kv_dtype)));
 }
 
 }  // namespace attnkit::planned

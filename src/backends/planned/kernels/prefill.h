@@ -37,7 +37,8 @@ struct PrefillParams {
   void* out = nullptr;      // [num_tokens, num_qo_heads, head_dim], never null (unused by split items)
   float* lse = nullptr;     // [num_tokens, num_qo_heads] natural log, sinks excluded, -inf for an empty row; may be null
 
-  // One layer's paged pools in kv_dtype (q_dtype, or e4m3 read as stored * k_scale / v_scale).
+  // One layer's paged pools in kv_dtype: bf16 or f16 (converted to q's type when it differs), or
+  // e4m3 read as stored * k_scale / v_scale.
   const void* k_pool = nullptr;  // [num_slots, num_kv_heads, head_dim], never null; slot s is in page s / page_size
   const void* v_pool = nullptr;  // [num_slots, num_kv_heads, head_dim], never null
 
@@ -71,7 +72,7 @@ struct PrefillParams {
   float k_scale = 1.0f;          // e4m3 cache only
   float v_scale = 1.0f;
   DType q_dtype = DType::bf16;   // bf16 or f16
-  DType kv_dtype = DType::bf16;  // q_dtype or e4m3
+  DType kv_dtype = DType::bf16;  // bf16, f16 or e4m3
 };
 
 // Packed rows one CTA covers for this head dim (the q tile), for the planner's tile count:

@@ -1,16 +1,19 @@
 // The extend kernel's mainloop: one CTA takes one work item (a q tile of GQA-packed rows of one
-// request and KV head) through the paged K/V with mma.sync and an online softmax in registers.
-// Tile shapes and the dispatch live in prefill.cu; fragment helpers in prefill_tile.cuh.
+// request and KV head) through the paged K/V (cp.async, two stages) with wgmma (head dims 64, 128)
+// or mma.sync (256) and an online softmax in registers. Tile shapes and the dispatch live in
+// prefill.cu; fragment helpers in prefill_tile.cuh, the wgmma instructions in prefill_wgmma.cuh.
 #pragma once
 
 #include <cmath>
 
 #include "backends/planned/kernels/prefill.h"
 #include "backends/planned/kernels/prefill_tile.cuh"
+#include "backends/planned/kernels/prefill_wgmma.cuh"
 
 namespace attnkit::planned {
 
-template <typename T_, typename TKv_, int kHeadDim_, int kNumWarps_, int kRowTiles_, int kBlockN_, int kMinBlocks_ = 1>
+template <typename T_, typename TKv_, int kHeadDim_, int kNumWarps_, int kRowTiles_, int kBlockN_, int kMinBlocks_ = 1,
+          bool kWgmma_ = false>
 struct PrefillConfig {
   using T = T_;      // q, out and the shared K/V tiles: __nv_bfloat16 or __half
   using TKv = TKv_;  // cache element: T, or uint8_t for e4m3 (converted to T on the way to shared memory)
@@ -19,24 +22,42 @@ struct PrefillConfig {
   static constexpr int kRowTiles = kRowTiles_;  // m16 row tiles per warp: more rows per K/V byte read
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM the register budget must allow
+  // Warpgroup MMA (sm_90a): each group of 4 warps computes 64 rows; else mma.sync per warp.
+  static constexpr bool kWgmma = kWgmma_;
   static constexpr int kThreads = kNumWarps * 32;
   static constexpr int kBlockM = kNumWarps * kRowTiles * 16;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks in a row of T
   static constexpr bool kFp8 = sizeof(TKv) == 1;
+  // A cache of another type than T (e4m3, or the other 16-bit type) is converted on its way in.
+  static constexpr bool kConvert = !std::is_same_v<TKv, T>;
   // Q fragments stay in registers while they are few; else ldmatrix re-reads them each KV tile.
-  static constexpr bool kQInRegs = kRowTiles * kHeadDim <= 128;
+  static constexpr bool kQInRegs = !kWgmma && kRowTiles * kHeadDim <= 128;
   static constexpr int kTileBytes = kBlockN * kHeadDim * 2;
   // Q, 2 stages of K and V, and 2 stages of the tiles' cache slots (read from the page table ahead).
   static constexpr int kSmemBytes = kBlockM * kHeadDim * 2 + 4 * kTileBytes + 2 * kBlockN * 8;
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tiles are whole m16n8k16 steps");
   static_assert(kThreads % kChunks == 0, "each thread copies one fixed chunk column of a K/V tile");
   static_assert(kThreads >= kBlockN, "one thread looks up each KV row's slot");
+  static_assert(!kWgmma || (kRowTiles == 1 && kNumWarps % 4 == 0 && kHeadDim <= 128 && kBlockN <= 128),
+                "wgmma tiles: whole warpgroups of 64 rows, and N (KV tile, head dim) of at most 128");
 };
 
 namespace detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+// Byte offset of (row, 16-byte chunk) in a shared tile of kRows rows: wgmma needs the blocked
+// 128-byte-swizzled layout; mma.sync keeps plain swizzled rows, whose addresses cost it fewer
+// registers (measured: 0 against 308 bytes of spills at 4 warps x 32 rows).
+template <typename C, int kRows>
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
+  if constexpr (C::kWgmma) {
+    return tile::swizzle_blocked<kRows>(row, chunk);
+  } else {
+    return tile::swizzle<C::kHeadDim>(row, chunk);
+  }
+}
 
 // Slot of KV position `pos` through the page table; -1 past kv_hi (the tile's tail).
 __device__ __forceinline__ int64_t kv_slot(const PrefillParams& p, const int32_t* g_pages, int pos, int kv_hi) {
@@ -51,7 +72,7 @@ __device__ __forceinline__ void load_kv_tiles(const PrefillParams& p, const type
                                               const typename C::TKv* g_v, const int64_t* s_slot, int kv_head,
                                               typename C::T* s_k, typename C::T* s_v) {
   const int tid = threadIdx.x;
-  if constexpr (!C::kFp8) {
+  if constexpr (!C::kConvert) {
     constexpr int kRowsPerPass = C::kThreads / C::kChunks;
     const int chunk = tid % C::kChunks;
     const uint32_t s_k_addr = tile::smem_addr(s_k);
@@ -61,39 +82,45 @@ __device__ __forceinline__ void load_kv_tiles(const PrefillParams& p, const type
       const int64_t slot = s_slot[r];
       const bool valid = slot >= 0;
       const int64_t offset = valid ? (slot * p.num_kv_heads + kv_head) * C::kHeadDim + chunk * 8 : 0;
-      const uint32_t s_off = tile::swizzle<C::kHeadDim>(r, chunk);
+      const uint32_t s_off = tile_offset<C, C::kBlockN>(r, chunk);
       tile::cp_async_16(s_k_addr + s_off, g_k + offset, valid);
       tile::cp_async_16(s_v_addr + s_off, g_v + offset, valid);
     }
   } else {
-    // e4m3: 16 cache bytes become two 16-byte chunks of T, converted in registers.
-    constexpr int kPairs = C::kChunks / 2;
-    static_assert(C::kThreads % kPairs == 0, "each thread converts one fixed chunk pair column");
-    constexpr int kRowsPerPass = C::kThreads / kPairs;
-    const int pair = tid % kPairs;
+    // 16 cache bytes become kOut 16-byte chunks of T (e4m3: 2, a 16-bit type: 1), in registers.
+    constexpr int kOut = 2 / sizeof(typename C::TKv);
+    constexpr int kGroups = C::kChunks / kOut;
+    static_assert(C::kThreads % kGroups == 0, "each thread converts one fixed column of chunks");
+    constexpr int kRowsPerPass = C::kThreads / kGroups;
+    const int group = tid % kGroups;
 #pragma unroll 2
-    for (int r = tid / kPairs; r < C::kBlockN; r += kRowsPerPass) {
+    for (int r = tid / kGroups; r < C::kBlockN; r += kRowsPerPass) {
       const int64_t slot = s_slot[r];
       uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
       if (slot >= 0) {
-        const int64_t offset = (slot * p.num_kv_heads + kv_head) * C::kHeadDim + pair * 16;
+        const int64_t offset = (slot * p.num_kv_heads + kv_head) * C::kHeadDim + group * (16 / sizeof(typename C::TKv));
         raw[0] = *reinterpret_cast<const uint4*>(g_k + offset);
         raw[1] = *reinterpret_cast<const uint4*>(g_v + offset);
       }
 #pragma unroll
       for (int kv = 0; kv < 2; ++kv) {
         const uint32_t w[4] = {raw[kv].x, raw[kv].y, raw[kv].z, raw[kv].w};
-        uint32_t out[8];
+        uint32_t out[4 * kOut];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          out[2 * i] = tile::e4m3x2_to<typename C::T>(static_cast<uint16_t>(w[i] & 0xffffu));
-          out[2 * i + 1] = tile::e4m3x2_to<typename C::T>(static_cast<uint16_t>(w[i] >> 16));
+          if constexpr (C::kFp8) {
+            out[2 * i] = tile::e4m3x2_to<typename C::T>(static_cast<uint16_t>(w[i] & 0xffffu));
+            out[2 * i + 1] = tile::e4m3x2_to<typename C::T>(static_cast<uint16_t>(w[i] >> 16));
+          } else {
+            out[i] = tile::convert2<typename C::T, typename C::TKv>(w[i]);
+          }
         }
         char* s_base = reinterpret_cast<char*>(kv == 0 ? s_k : s_v);
-        *reinterpret_cast<uint4*>(s_base + tile::swizzle<C::kHeadDim>(r, 2 * pair)) =
-            make_uint4(out[0], out[1], out[2], out[3]);
-        *reinterpret_cast<uint4*>(s_base + tile::swizzle<C::kHeadDim>(r, 2 * pair + 1)) =
-            make_uint4(out[4], out[5], out[6], out[7]);
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) {
+          *reinterpret_cast<uint4*>(s_base + tile_offset<C, C::kBlockN>(r, kOut * group + o)) =
+              make_uint4(out[4 * o], out[4 * o + 1], out[4 * o + 2], out[4 * o + 3]);
+        }
       }
     }
   }
@@ -110,7 +137,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) prefill_kernel(con
   constexpr int kR = C::kRowTiles;
   constexpr float kNegInf = -INFINITY;
 
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];  // 1024: wgmma's 128-byte swizzle atoms
   T* s_q = reinterpret_cast<T*>(smem);                                           // [kBlockM, kD]
   T* s_k = reinterpret_cast<T*>(smem + C::kBlockM * kD * 2);                      // [2][kN, kD]
   T* s_v = reinterpret_cast<T*>(smem + C::kBlockM * kD * 2 + 2 * C::kTileBytes);  // [2][kN, kD]
@@ -161,7 +188,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) prefill_kernel(con
         const int head = kv_head * group + packed % group;
         src = g_q + (token * p.num_qo_heads + head) * kD + chunk * 8;
       }
-      tile::cp_async_16(tile::smem_addr(s_q) + tile::swizzle<kD>(r, chunk), src, valid);
+      tile::cp_async_16(tile::smem_addr(s_q) + detail::tile_offset<C, C::kBlockM>(r, chunk), src, valid);
     }
     tile::cp_async_commit();
   }
@@ -210,6 +237,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) prefill_kernel(con
 
   for (int j = 0; j < num_tiles; ++j) {
     tile::cp_async_wait<0>();
+    if constexpr (C::kWgmma) wgmma::fence_proxy_async();
     __syncthreads();  // tile j is in shared memory and every warp is done with tile j - 1's buffers
     const int n0 = kv_lo + j * kN;
     if (j + 1 < num_tiles) {
@@ -227,7 +255,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) prefill_kernel(con
         for (int rt = 0; rt < kR; ++rt)
 #pragma unroll
           for (int kk = 0; kk < kD / 16; ++kk)
-            tile::ldmatrix_x4(r_qf[rt][kk], s_q_addr + tile::swizzle<kD>(warp_row + rt * 16 + lane % 16, 2 * kk + lane / 16));
+            tile::ldmatrix_x4(r_qf[rt][kk], s_q_addr + detail::tile_offset<C, C::kBlockM>(warp_row + rt * 16 + lane % 16, 2 * kk + lane / 16));
       }
     }
     const uint32_t s_k_addr = tile::smem_addr(s_k + (j & 1) * kN * kD);
@@ -235,30 +263,47 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) prefill_kernel(con
 
     // S = Q K^T  [16 kR, kN] per warp
     float r_s[kR][kN / 8][4];
+    if constexpr (C::kWgmma) {
+      // The warpgroup's 64 rows of Q against the whole K tile, 16 columns of the head dim a step.
+      float(&r_sw)[kN / 2] = reinterpret_cast<float(&)[kN / 2]>(r_s[0]);
+      const uint32_t s_q_wg = s_q_addr + (warp / 4) * 64 * 128;
+      wgmma::fence();
 #pragma unroll
-    for (int rt = 0; rt < kR; ++rt)
-#pragma unroll
-      for (int nb = 0; nb < kN / 8; ++nb) r_s[rt][nb][0] = r_s[rt][nb][1] = r_s[rt][nb][2] = r_s[rt][nb][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[kR][4];
-#pragma unroll
-      for (int rt = 0; rt < kR; ++rt) {
-        if constexpr (C::kQInRegs) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a[rt][i] = r_qf[rt][kk][i];
-        } else {
-          tile::ldmatrix_x4(a[rt], s_q_addr + tile::swizzle<kD>(warp_row + rt * 16 + lane % 16, 2 * kk + lane / 16));
-        }
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        // Column block kk / 4 (a block is rows x 128 bytes), then 32 bytes (16 elements) into it.
+        const uint64_t desc_q = wgmma::make_desc(s_q_wg + (kk / 4) * C::kBlockM * 128 + (kk % 4) * 32, 16, 1024);
+        const uint64_t desc_k = wgmma::make_desc(s_k_addr + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
+        wgmma::wgmma_ss<T, kN>(r_sw, desc_q, desc_k, kk > 0);
       }
+      wgmma::commit();
+      wgmma::wait_all();
+      wgmma::fence_regs(r_sw);
+    } else {
 #pragma unroll
-      for (int nb2 = 0; nb2 < kN / 16; ++nb2) {
-        uint32_t b[4];
-        tile::ldmatrix_x4(b, s_k_addr + tile::swizzle<kD>(nb2 * 16 + lane % 8 + (lane / 16) * 8, 2 * kk + (lane / 8) % 2));
+      for (int rt = 0; rt < kR; ++rt)
+#pragma unroll
+        for (int nb = 0; nb < kN / 8; ++nb) r_s[rt][nb][0] = r_s[rt][nb][1] = r_s[rt][nb][2] = r_s[rt][nb][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t a[kR][4];
 #pragma unroll
         for (int rt = 0; rt < kR; ++rt) {
-          tile::mma_16816<T>(r_s[rt][2 * nb2], a[rt], b[0], b[1]);
-          tile::mma_16816<T>(r_s[rt][2 * nb2 + 1], a[rt], b[2], b[3]);
+          if constexpr (C::kQInRegs) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[rt][i] = r_qf[rt][kk][i];
+          } else {
+            tile::ldmatrix_x4(a[rt], s_q_addr + detail::tile_offset<C, C::kBlockM>(warp_row + rt * 16 + lane % 16, 2 * kk + lane / 16));
+          }
+        }
+#pragma unroll
+        for (int nb2 = 0; nb2 < kN / 16; ++nb2) {
+          uint32_t b[4];
+          tile::ldmatrix_x4(b, s_k_addr + detail::tile_offset<C, kN>(nb2 * 16 + lane % 8 + (lane / 16) * 8, 2 * kk + (lane / 8) % 2));
+#pragma unroll
+          for (int rt = 0; rt < kR; ++rt) {
+            tile::mma_16816<T>(r_s[rt][2 * nb2], a[rt], b[0], b[1]);
+            tile::mma_16816<T>(r_s[rt][2 * nb2 + 1], a[rt], b[2], b[3]);
+          }
         }
       }
     }
@@ -330,24 +375,48 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) prefill_kernel(con
     }
 
     // O += P V: the S accumulator of two n8 blocks is exactly the A fragment of one k16 step.
+    if constexpr (C::kWgmma) {
+      uint32_t a[kN / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      uint32_t a[kR][4];
-#pragma unroll
-      for (int rt = 0; rt < kR; ++rt) {
-        a[rt][0] = tile::pack2<T>(r_s[rt][2 * kk][0], r_s[rt][2 * kk][1]);
-        a[rt][1] = tile::pack2<T>(r_s[rt][2 * kk][2], r_s[rt][2 * kk][3]);
-        a[rt][2] = tile::pack2<T>(r_s[rt][2 * kk + 1][0], r_s[rt][2 * kk + 1][1]);
-        a[rt][3] = tile::pack2<T>(r_s[rt][2 * kk + 1][2], r_s[rt][2 * kk + 1][3]);
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        a[kk][0] = tile::pack2<T>(r_s[0][2 * kk][0], r_s[0][2 * kk][1]);
+        a[kk][1] = tile::pack2<T>(r_s[0][2 * kk][2], r_s[0][2 * kk][3]);
+        a[kk][2] = tile::pack2<T>(r_s[0][2 * kk + 1][0], r_s[0][2 * kk + 1][1]);
+        a[kk][3] = tile::pack2<T>(r_s[0][2 * kk + 1][2], r_s[0][2 * kk + 1][3]);
       }
+      float(&r_ow)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(r_o[0]);
+      wgmma::fence_regs(r_ow);
+      wgmma::fence();
 #pragma unroll
-      for (int nd2 = 0; nd2 < kD / 16; ++nd2) {
-        uint32_t b[4];
-        tile::ldmatrix_x4_trans(b, s_v_addr + tile::swizzle<kD>(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * nd2 + lane / 16));
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        // V is MN-major: 16 KV rows (2048 bytes) a step; the next 64 head-dim columns one block on.
+        const uint32_t s_v_step = s_v_addr + kk * 16 * 128;
+        const uint64_t desc_v = wgmma::make_desc(s_v_step, kN * 128, 1024);
+        wgmma::wgmma_rs<T, kD>(r_ow, a[kk], desc_v);
+      }
+      wgmma::commit();
+      wgmma::wait_all();
+      wgmma::fence_regs(r_ow);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        uint32_t a[kR][4];
 #pragma unroll
         for (int rt = 0; rt < kR; ++rt) {
-          tile::mma_16816<T>(r_o[rt][2 * nd2], a[rt], b[0], b[1]);
-          tile::mma_16816<T>(r_o[rt][2 * nd2 + 1], a[rt], b[2], b[3]);
+          a[rt][0] = tile::pack2<T>(r_s[rt][2 * kk][0], r_s[rt][2 * kk][1]);
+          a[rt][1] = tile::pack2<T>(r_s[rt][2 * kk][2], r_s[rt][2 * kk][3]);
+          a[rt][2] = tile::pack2<T>(r_s[rt][2 * kk + 1][0], r_s[rt][2 * kk + 1][1]);
+          a[rt][3] = tile::pack2<T>(r_s[rt][2 * kk + 1][2], r_s[rt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int nd2 = 0; nd2 < kD / 16; ++nd2) {
+          uint32_t b[4];
+          tile::ldmatrix_x4_trans(b, s_v_addr + detail::tile_offset<C, kN>(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * nd2 + lane / 16));
+#pragma unroll
+          for (int rt = 0; rt < kR; ++rt) {
+            tile::mma_16816<T>(r_o[rt][2 * nd2], a[rt], b[0], b[1]);
+            tile::mma_16816<T>(r_o[rt][2 * nd2 + 1], a[rt], b[2], b[3]);
+          }
         }
       }
     }

@@ -20,6 +20,14 @@ __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
+// The extend kernel's layout, which wgmma reads with 128-byte swizzling (and ldmatrix as well): a
+// tile of kRows rows is stored as column blocks of 64 elements (128-byte rows, kRows * 128 bytes a
+// block), with the same XOR of the chunk by row % 8 inside each 1024-byte group of 8 rows.
+template <int kRows>
+__device__ __forceinline__ uint32_t swizzle_blocked(int row, int chunk) {
+  return static_cast<uint32_t>(((chunk >> 3) * kRows + row) * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -97,6 +105,20 @@ __device__ __forceinline__ uint32_t e4m3x2_to(uint16_t bits) {
     const float2 f = __half22float2(hh);
     return pack2<__nv_bfloat16>(f.x, f.y);
   }
+}
+
+// Two elements of the other 16-bit type (low first) -> two T, rounded to nearest. An f16 value
+// always fits bf16's range; a bf16 value past f16's (65504) becomes infinite.
+template <typename T, typename TKv>
+__device__ __forceinline__ uint32_t convert2(uint32_t bits) {
+  static_assert(sizeof(TKv) == 2 && !std::is_same_v<T, TKv>, "a conversion between the two 16-bit types");
+  float2 f;
+  if constexpr (std::is_same_v<TKv, __half>) {
+    f = __half22float2(*reinterpret_cast<const __half2*>(&bits));
+  } else {
+    f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+  }
+  return pack2<T>(f.x, f.y);
 }
 
 // Maximum / sum over the 4 lanes of a quad: they hold one accumulator row between them.
