@@ -1,6 +1,7 @@
 // The `planned` backend's extend (prefill / chunked prefill) kernel: its params, the work list it
-// reads, the tile shape the planner needs, and the launcher. The mainloop lives in prefill_kernel.cuh,
-// the dispatch switch and instantiations in prefill.cu; planning and the merge of splits live elsewhere.
+// reads, the tile shape the planner needs, and the launcher. The mainloop lives in prefill_kernel.cuh
+// (MMA helpers: prefill_tile.cuh, prefill_wgmma.cuh), the dispatch and instantiations in prefill.cu;
+// planning and the merge of splits live elsewhere.
 #pragma once
 
 #include <cstdint>
@@ -81,15 +82,16 @@ int prefill_tile_rows(int head_dim);
 // KV positions one mainloop step covers; split boundaries that are multiples of it waste nothing.
 int prefill_tile_kv(int head_dim);
 
-// The simplest work list: every (request, q tile) once, unsplit, in request order; requests with
-// qo_len 0 get no item. A planner may reorder items (longest first balances best) or split them.
+// The simplest work list: every (request, q tile) once, unsplit, the tiles that visit the most KV
+// positions first (the launch then ends on short tiles); requests with qo_len 0 get no item.
+// A planner may reorder or split items.
 std::vector<PrefillWorkItem> make_prefill_work(const ForwardBatch& batch, int num_qo_heads,
                                                int num_kv_heads, int head_dim);
 
 // Throws attnkit::Error naming the first unsupported field (head_dim, dtypes, page_size, heads).
 void check_prefill_params(const PrefillParams& p);
 // Enqueues the kernel on `stream`; checks the params and the launch. Nothing to do when
-// num_work_items is 0.
+// num_work_items is 0. Head dims 64 and 128 run on wgmma: a Hopper GPU (sm_90a code) is required.
 void launch_prefill(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace attnkit::planned
