@@ -1,19 +1,21 @@
-// attnkit: list the backends, check them against the reference, benchmark them.
+// attnkit: list the backends, check them against the reference, benchmark, tune, replay traces
+// and report. Each subcommand lives in its own file and registers itself through commands.h.
 #include <iostream>
+#include <map>
 
 #include "attnkit/error.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
+  namespace tool = attnkit::tool;
   CLI::App app{"attnkit: the attention-backend layer of an LLM inference engine"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "attnkit 0.1.0");
-  std::function<int()> run_list = attnkit::tool::add_list(app);
-  std::function<int()> run_check = attnkit::tool::add_check(app);
-  std::function<int()> run_bench = attnkit::tool::add_bench(app);
-  std::function<int()> run_replay = attnkit::tool::add_replay(app);
-  std::function<int()> run_report = attnkit::tool::add_report(app);
-  std::function<int()> run_tune = attnkit::tool::add_tune(app);
+  std::map<const CLI::App*, std::function<int()>> runners;
+  for (auto add : {tool::add_list, tool::add_check, tool::add_bench, tool::add_tune, tool::add_replay, tool::add_report}) {
+    std::function<int()> run = add(app);
+    runners[app.get_subcommands([](CLI::App*) { return true; }).back()] = std::move(run);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -28,17 +30,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    for (CLI::App* sub : app.get_subcommands()) {
-      if (sub->get_name() == "list") return run_list();
-      if (sub->get_name() == "check") return run_check();
-      if (sub->get_name() == "bench") return run_bench();
-      if (sub->get_name() == "replay") return run_replay();
-      if (sub->get_name() == "report") return run_report();
-      if (sub->get_name() == "tune") return run_tune();
-    }
+    return runners.at(app.get_subcommands().front())();
   } catch (const attnkit::Error& e) {
     std::cerr << "attnkit: error: " << e.what() << '\n';
     return 1;
   }
-  return 2;
 }
