@@ -63,7 +63,8 @@ void print_comparison(const std::vector<RunOutcome>& runs) {
       continue;
     }
     if (!r.skipped.empty()) {
-      rows.push_back({r.label, r.device.empty() ? "-" : r.device, "skip: " + r.skipped});
+      rows.push_back({r.label, r.device.empty() ? "-" : r.device, "skip"});
+      notes.push_back(r.label + ": skipped: " + r.skipped);
       continue;
     }
     const serving::Summary& s = r.summary;
