@@ -17,7 +17,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 echo "== Debian packages: ${DEBS[*]}"
-(cd "$tmp" && apt-get download "${DEBS[@]}" >/dev/null)
+(cd "$tmp" && apt-get -o APT::Sandbox::User=root download "${DEBS[@]}" >/dev/null)
 rm -rf third_party/prefix third_party/googletest
 mkdir -p third_party/prefix
 for deb in "$tmp"/*.deb; do
@@ -32,8 +32,10 @@ rm -rf third_party/prefix/usr/share/doc third_party/prefix/usr/share/lintian
 cp -r "$tmp/gtest/usr/src/googletest" third_party/googletest
 
 echo "== Python wheels (Python 3.12, manylinux x86_64) into .whl/"
-rm -rf .whl
+# Wheels are replaced; FlashInfer's compiled modules (flashinfer-aot.tar.xz, brought back from a
+# device run, see docs/device.md) stay: they match the same FLASHINFER_VERSION.
 mkdir -p .whl
+rm -f .whl/*.whl
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
          manylinux2014_x86_64 manylinux1_x86_64; do
