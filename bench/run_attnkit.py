@@ -38,13 +38,15 @@ def main() -> int:
     args = ap.parse_args()
 
     backends = args.backends or gpu_backends(args.tool)
+    bench_help = subprocess.run([args.tool, "bench", "--help"], capture_output=True, text=True).stdout
+    has_requests = "--requests" in bench_help and "--non-causal" in bench_help
     report = {"backends": backends, "results": [], "ceilings": None, "not_expressible": []}
     ceilings = args.ceilings
     for shape in shapes.by_name(args.shapes):
-        bench_args = shape.attnkit_bench_args()
+        bench_args = shape.attnkit_bench_args(has_requests)
         if bench_args is None:
             report["not_expressible"].append(shape.name)
-            print(f"{shape.name}: `attnkit bench` cannot express it (uniform batches only)", flush=True)
+            print(f"{shape.name}: `attnkit bench` cannot express it (no --requests / --non-causal)", flush=True)
             continue
         for backend in backends:
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:

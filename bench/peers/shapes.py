@@ -61,8 +61,23 @@ class Shape:
         work = self.kv_bytes() if self.phase == "decode" else self.flops()
         return work / (ms * 1e-3) / 1e12
 
-    def attnkit_bench_args(self) -> Optional[List[str]]:
-        """`attnkit bench` options for this shape, or None where the tool has no way to say it."""
+    def requests_arg(self) -> str:
+        """The requests as "PREFIX+NEW[xCOUNT],...": runs of equal requests folded."""
+        runs: List[Tuple[Tuple[int, int], int]] = []
+        for r in self.requests:
+            if runs and runs[-1][0] == r:
+                runs[-1] = (r, runs[-1][1] + 1)
+            else:
+                runs.append((r, 1))
+        return ",".join(f"{p}+{n}" + (f"x{c}" if c > 1 else "") for (p, n), c in runs)
+
+    def attnkit_bench_args(self, tool_has_requests: bool = False) -> Optional[List[str]]:
+        """`attnkit bench` options for this shape, or None where the tool has no way to say it
+        (uniform batches only, unless the tool takes --requests and --non-causal)."""
+        if tool_has_requests:
+            phase = "decode" if self.phase == "decode" else "prefill"
+            return (["--phase", phase, "--requests", self.requests_arg()] +
+                    ([] if self.causal else ["--non-causal"]))
         if not self.uniform():
             return None
         prefix, n = self.requests[0]
