@@ -14,10 +14,10 @@ struct StepRecord {
   int num_prefill = 0;
   int64_t kv_tokens = 0;    // sum of the requests' KV lengths after the step
   int max_kv_len = 0;
-  float step_ms = 0.0f;     // wall time: scheduling, planning, every layer, synchronisation
+  float step_ms = 0.0f;     // wall time: scheduling, planning, every layer, synchronisation, completion
   float attn_ms = 0.0f;     // attention calls only, summed over layers (CUDA events on the GPU)
   float gemm_ms = 0.0f;     // the layers' matrix products (GPU time between attention calls)
-  float sched_ms = 0.0f;    // host: schedule + build_batch + init_forward_metadata (the plan)
+  float sched_ms = 0.0f;    // host: schedule + build_batch + init_forward_metadata (the plan) + complete
 };
 
 struct RequestRecord {

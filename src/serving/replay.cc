@@ -132,7 +132,6 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
     rec.kv_tokens = st->batch.total_kv_len();
     rec.max_kv_len = st->batch.max_kv_len();
     r.peak_workspace_bytes = std::max(r.peak_workspace_bytes, static_cast<double>(backend->workspace_bytes()));
-    r.steps.push_back(rec);
 
     if (check) {  // outside the timed part: the clock has already moved on
       modes_checked.insert(mode);
@@ -150,7 +149,15 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
                                    forward_mode_name(mode), ", batch ", rec.batch_size, "): ", v.message));
       }
     }
+    // Tokens are out when the device is done; the bookkeeping after that (finished requests freed)
+    // is scheduler time too, and delays the next step.
+    const auto t_complete = Clock::now();
     scheduler.complete(*st, now);
+    const double complete_ms = ms_since(t_complete);
+    rec.sched_ms += static_cast<float>(complete_ms);
+    rec.step_ms += static_cast<float>(complete_ms);
+    now += complete_ms * 1e-3;
+    r.steps.push_back(rec);
     ++step_idx;
     if (o.on_step) o.on_step(scheduler.num_finished(), static_cast<int64_t>(trace.requests.size()), step_idx, now);
   }
