@@ -2,10 +2,8 @@
 // a short replay writes JSON that the report turns into a page.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
+#include "tool_runner.h"
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -13,41 +11,27 @@
 
 namespace {
 
-struct Outcome {
-  int status = -1;
-  std::string output;
-};
-
-Outcome invoke(const std::string& args) {
-  Outcome r;
-  const std::string cmd = std::string(ATTNKIT_TOOL_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using attnkit::testing::run_tool;
+using Outcome = attnkit::testing::ToolRun;
 
 TEST(ReplayCli, UsageErrorsNameTheFlag) {
-  Outcome r = invoke("replay --backend nope");
+  Outcome r = run_tool("replay --backend nope");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--backend: nope not in {"), std::string::npos) << r.output;
-  r = invoke("replay --prefill-backend reference");
+  r = run_tool("replay --prefill-backend reference");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--prefill-backend requires --decode-backend"), std::string::npos) << r.output;
-  EXPECT_EQ(invoke("replay --speed 0").status, 2);
-  EXPECT_EQ(invoke("replay --trace /nonexistent.csv --backend reference").status, 1);
-  EXPECT_EQ(invoke("report").status, 2);  // at least one result file
-  EXPECT_EQ(invoke("replay --help").status, 0);
-  EXPECT_EQ(invoke("report --help").status, 0);
+  EXPECT_EQ(run_tool("replay --speed 0").status, 2);
+  EXPECT_EQ(run_tool("replay --trace /nonexistent.csv --backend reference").status, 1);
+  EXPECT_EQ(run_tool("report").status, 2);  // at least one result file
+  EXPECT_EQ(run_tool("replay --help").status, 0);
+  EXPECT_EQ(run_tool("report --help").status, 0);
 }
 
 TEST(ReplayCli, ReplayThenReport) {
   const std::string json = ::testing::TempDir() + "attnkit_replay_cli.json";
   const std::string html = ::testing::TempDir() + "attnkit_replay_cli.html";
-  const Outcome r = invoke("replay --backend reference,cpu --prefill-backend reference --decode-backend cpu "
+  const Outcome r = run_tool("replay --backend reference,cpu --prefill-backend reference --decode-backend cpu "
                            "--preset qwen3-0.6b --layers 1 --max-requests 6 --max-context 96 --speed 100 --verify "
                            "--no-progress --json " + json);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -58,7 +42,7 @@ TEST(ReplayCli, ReplayThenReport) {
   EXPECT_EQ(doc["kind"], "replay");
   EXPECT_EQ(doc["runs"].size(), 3u);
   EXPECT_EQ(doc["runs"][0]["summary"]["requests"], 6);
-  const Outcome rep = invoke("report " + json + " -o " + html);
+  const Outcome rep = run_tool("report " + json + " -o " + html);
   ASSERT_EQ(rep.status, 0) << rep.output;
   std::ifstream page(html);
   const std::string text((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
