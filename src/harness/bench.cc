@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <sstream>
 
 #include "attnkit/batch.h"
 #include "attnkit/registry.h"
@@ -89,6 +90,23 @@ Workload make_workload(const ModelSpec& model, Phase phase, int batch_size, int6
     else w.requests.emplace_back(i % 2 == 0 ? kv_len - 1 : kv_len / 2, i % 2 == 0 ? 1 : kv_len / 2);
   }
   w.label = phase_name(phase) + " " + std::to_string(batch_size) + " x " + std::to_string(kv_len);
+  return w;
+}
+
+Workload make_workload(const ModelSpec& model, Phase phase, const std::string& requests, int page_size, DType dtype) {
+  Workload w = make_workload(model, phase, 0, 1, page_size, dtype);
+  std::stringstream items(requests);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    long long prefix = 0, n = 0, count = 1;
+    char plus = 0, x = 0;
+    std::stringstream is(item);
+    const bool ok = (is >> prefix >> plus >> n) && plus == '+' && (is.eof() || ((is >> x >> count) && x == 'x' && is.eof()));
+    ATTNKIT_CHECK(ok && prefix >= 0 && n >= 0 && count >= 1 && prefix + n >= 1, "requests: each item must be PREFIX+NEW or PREFIX+NEWxCOUNT with NEW >= 0, COUNT >= 1, got '", item, "'");
+    for (long long c = 0; c < count; ++c) w.requests.emplace_back(prefix, n);
+  }
+  ATTNKIT_CHECK(!w.requests.empty(), "requests: at least one PREFIX+NEW item is needed, got '", requests, "'");
+  w.label = phase_name(phase) + " requests " + requests;
   return w;
 }
 

@@ -30,6 +30,11 @@ struct Workload {
 Workload make_workload(const ModelSpec& model, Phase phase, int batch_size, int64_t kv_len, int page_size = 16,
                        DType dtype = DType::bf16);
 
+// Parses "PREFIX+NEW[xCOUNT],..." (e.g. "127+1x32,8191+1x32"); throws attnkit::Error naming the
+// bad item. The label becomes "requests <text>".
+Workload make_workload(const ModelSpec& model, Phase phase, const std::string& requests, int page_size = 16,
+                       DType dtype = DType::bf16);
+
 struct BenchOptions {
   int warmup = 3;
   int repeats = 20;

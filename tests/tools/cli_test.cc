@@ -26,6 +26,15 @@ TEST(Cli, BadValueNamesTheFlag) {
   EXPECT_EQ(run_tool("").status, 2);  // a subcommand is required
 }
 
+TEST(Cli, BenchTakesAnExplicitBatch) {
+  const Outcome r = run_tool("bench --backend reference --phase decode --requests 30+1x2,60+1 --repeats 2 --warmup 0");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("requests 30+1x2,60+1"), std::string::npos) << r.output;
+  const Outcome bad = run_tool("bench --requests 30-1");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("each item must be PREFIX+NEW or PREFIX+NEWxCOUNT"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, HelpOnEverySubcommand) {
   for (const char* sub : {"list", "check", "bench"}) {
     const Outcome r = run_tool(std::string(sub) + " --help");

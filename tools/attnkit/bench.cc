@@ -29,6 +29,8 @@ struct Options {
   double max_seconds = 20.0;
   std::string json;
   bool ceilings = false;
+  std::string requests;   // "PREFIX+NEW[xCOUNT],...": overrides --batch and --kv-len
+  bool non_causal = false;
 };
 
 harness::Phase parse_phase(const std::string& p) {
@@ -57,6 +59,19 @@ std::function<int()> add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--kv-len", o->kv_len, "Tokens per request after this step (default: decode 4096, prefill 512)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--requests", o->requests,
+                  "The batch as PREFIX+NEW[xCOUNT],... (e.g. 127+1x32,8191+1x32); overrides --batch/--kv-len")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            try {
+              harness::make_workload(make_preset("llama3-8b"), harness::Phase::decode, text);
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+            return std::string();
+          },
+          "PREFIX+NEW[xCOUNT],..."));
+  cmd->add_flag("--non-causal", o->non_causal, "Every query sees the whole history and all new tokens");
   cmd->add_option("--page-size", o->page_size, "KV page size")->check(CLI::Range(1, 256));
   cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
@@ -71,8 +86,14 @@ std::function<int()> add_bench(CLI::App& app) {
     const harness::Phase phase = parse_phase(o->phase);
     const int batch = o->batch ? o->batch : (phase == harness::Phase::prefill ? 1 : 8);
     const int64_t kv_len = o->kv_len ? o->kv_len : (phase == harness::Phase::prefill ? 512 : 4096);
-    harness::Workload w = harness::make_workload(make_preset(o->preset), phase, batch, kv_len, o->page_size,
-                                                 parse_dtype(o->dtype));
+    harness::Workload w =
+        o->requests.empty()
+            ? harness::make_workload(make_preset(o->preset), phase, batch, kv_len, o->page_size, parse_dtype(o->dtype))
+            : harness::make_workload(make_preset(o->preset), phase, o->requests, o->page_size, parse_dtype(o->dtype));
+    if (o->non_causal) {
+      w.model.layers[0].causal = false;
+      w.label += " full";
+    }
     if (!o->kv_dtype.empty()) w.kv_dtype = parse_dtype(o->kv_dtype);
     w.label = o->preset + " " + w.label;
     harness::BenchOptions opt;
