@@ -175,8 +175,8 @@ TEST(CpuBackend, SameBitsWhateverTheThreadCount) {
     std::vector<RequestStep> steps;
   };
   const std::vector<Setup> setups = {
-      {"split decode", {{.prefix_len = 3000, .num_new_tokens = 1}, {.prefix_len = 40, .num_new_tokens = 1}}},
-      {"extend", {{.prefix_len = 100, .num_new_tokens = 150}, {.prefix_len = 2000, .num_new_tokens = 3}}},
+      {"split decode", {{.prefix_len = 3000, .num_new_tokens = 1, .custom_mask = {}}, {.prefix_len = 40, .num_new_tokens = 1, .custom_mask = {}}}},
+      {"extend", {{.prefix_len = 100, .num_new_tokens = 150, .custom_mask = {}}, {.prefix_len = 2000, .num_new_tokens = 3, .custom_mask = {}}}},
   };
   for (const Setup& setup : setups) {
     CpuRun run(gqa, setup.steps, DType::f32);

@@ -18,7 +18,7 @@ ForwardBatch make_batch(std::vector<std::pair<int, int>> requests, int page_size
   c.head_dim_k = c.head_dim_v = 128;
   KvCache cache(c);
   std::vector<RequestStep> steps;
-  for (auto [p, n] : requests) steps.push_back({.prefix_len = p, .num_new_tokens = n});
+  for (auto [p, n] : requests) steps.push_back({.prefix_len = p, .num_new_tokens = n, .custom_mask = {}});
   return build_batch(cache, steps);
 }
 
@@ -67,7 +67,9 @@ TEST(CpuPlan, UnitsCoverEveryRowAndVisibleKeyOnce) {
   std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> ranges;  // (request, head, row) -> key ranges
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const UnitWork& w = plan.units[i].work;
-    if (i > 0) EXPECT_GE(plan.units[i - 1].cost, plan.units[i].cost) << "not longest first";
+    if (i > 0) {
+      EXPECT_GE(plan.units[i - 1].cost, plan.units[i].cost) << "not longest first";
+    }
     for (int r = w.row_begin; r < w.row_end; ++r) ranges[{w.request_idx, w.kv_head, r}].push_back({w.kv_begin, w.kv_end});
   }
   for (int i = 0; i < batch.batch_size(); ++i) {

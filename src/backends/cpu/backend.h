@@ -27,7 +27,7 @@ class CpuBackend final : public AttentionBackend {
   std::string name() const override { return "cpu"; }
   Capabilities capabilities() const override { return cpu_capabilities(); }
   // Scratch of every thread plus the split-KV partials of the current plan.
-  size_t workspace_bytes() const;
+  size_t workspace_bytes() const override;
   // The plan the layer uses for the current batch (for tests and `attnkit bench`'s notes).
   const cpu::Plan& layer_plan(int layer) const;
 
