@@ -1,5 +1,5 @@
 // Per-target SIMD building blocks shared by the rows and heads kernels (Highway, compiled once per
-// target): loading any KV dtype as f32 in registers, converting rows, soft-cap, and row output.
+// target): loading any KV dtype as f32 in registers (bf16 as even/odd pairs), converting rows, prefetch, soft-cap.
 // Include guard in Highway's per-target form: this file is re-read for every target.
 #if defined(ATTNKIT_CPU_TILE_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTNKIT_CPU_TILE_OPS_INL_H_
