@@ -1,13 +1,15 @@
 // The decode mainloop: a persistent CTA walks its list of work items as one stream of 64-key K/V
-// tiles (cp.async, several stages in flight across item boundaries), the GQA group's query heads
-// as the rows of m16n8k16 mma tiles. Dispatch is decode.cu; the split merge is merge.cu.
+// tiles, the GQA group's query heads as the rows of m16n8k16 mma tiles. Each warp owns 16 keys of
+// a tile and runs its own pipeline: it bulk-copies (TMA) its rows onto its own mbarrier, several
+// stages ahead across item boundaries, and no CTA barrier is paid per tile, only at an item's end,
+// where the warps' softmax states meet. Copies and query loads are decode_copy.cuh; dispatch is
+// decode.cu; the split merge is merge.cu.
 #pragma once
 
 #include <cmath>
 #include <type_traits>
 
-#include "backends/planned/kernels/decode.h"
-#include "backends/planned/kernels/prefill_tile.cuh"
+#include "backends/planned/kernels/decode_copy.cuh"
 
 namespace attnkit::planned {
 
@@ -22,25 +24,34 @@ struct DecodeConfig {
   static constexpr int kRows = kDecodeRows;
   // A cache in another type than q is converted per warp, in shared memory, before the mma.
   static constexpr bool kConvert = !std::is_same_v<T, TKv>;
-  // D=64: 4 stages of 16 KB (3 CTAs an SM); D=128: 3 of 32 KB (2 CTAs); D=256: 3 of 64 KB (1 CTA),
-  // or 2 where a 16-bit cache of the other type also needs the 64 KB conversion buffer (227 KB cap).
-  static constexpr int kStages =
-      kHeadDim == 64 ? 4 : (kHeadDim == 256 && kConvert && sizeof(TKv) == 2 ? 2 : 3);
   static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKv));  // one cached row
-  static constexpr int kTileBytes = kBlockN * kRowBytes;                       // K or V of a stage
+  // A bulk copy writes a row as it lies in memory (no swizzle), so rows that ldmatrix reads are
+  // padded by 16 bytes: the 8 rows of one ldmatrix phase then start in 8 different bank groups.
+  // Rows that are converted first are read by consecutive lanes along the row: no padding.
+  static constexpr int kRowStride = kConvert ? kRowBytes : kRowBytes + 16;
+  // How many tiles a warp has in flight and how many CTAs share an SM. D=128 16-bit: 2 stages and
+  // 3 CTAs (12 warps an SM, registers capped at 168), which measured 8% faster on the H200 than
+  // 3 stages and 2 CTAs with the same bytes in flight. D=64: 4 stages (3 CTAs); D=256: 3 (1 CTA),
+  // or 2 where a 16-bit cache of the other type also needs the 64 KB conversion buffer (227 KB
+  // cap); converted D=128 caches: 3 (2 CTAs).
+  static constexpr bool kThreeCtas = kHeadDim == 128 && !kConvert;
+  static constexpr int kStages =
+      kHeadDim == 64 ? 4 : (kThreeCtas || (kHeadDim == 256 && kConvert && sizeof(TKv) == 2) ? 2 : 3);
+  // CTAs an SM must hold: __launch_bounds__ caps the registers so that they fit.
+  static constexpr int kMinCtas = kThreeCtas ? 3 : 1;
+  static constexpr int kTileBytes = kBlockN * kRowStride;  // K or V of a stage
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kQBytes = kRows * kHeadDim * 2;
-  // Where warps meet at an item's end: [kWarps, kRows, kHeadDim] f32 = 256 * kHeadDim bytes, which
-  // is exactly a 16-bit stage (the one just consumed) or the conversion buffer.
+  // Where warps meet at an item's end: [kWarps, kRows, kHeadDim] f32 = 256 * kHeadDim bytes, in the
+  // stage just consumed (16-bit tiles in the mma type) or the conversion buffer.
   static constexpr int kScratchBytes = kWarps * kRows * kHeadDim * 4;
   static constexpr int kConvBytes = kConvert ? kWarps * 2 * 16 * kHeadDim * 2 : 0;
-  static constexpr int kQOffset = kStages * kStageBytes;
-  static constexpr int kConvOffset = kQOffset + kStages * kQBytes;
+  static constexpr int kConvOffset = kStages * kStageBytes;
   static constexpr int kMlOffset = kConvOffset + kConvBytes;
-  static constexpr int kSmemBytes = kMlOffset + 2 * kWarps * kRows * 4;
-  static_assert(kConvert ? kConvBytes == kScratchBytes : kStageBytes == kScratchBytes,
-                "the merge scratch reuses a consumed stage or the conversion buffer, so they must match");
-  static_assert(kThreads % (kRowBytes / 16) == 0, "each thread copies one fixed chunk column of a tile");
+  static constexpr int kBarOffset = kMlOffset + 2 * kWarps * kRows * 4;  // [kStages, kWarps] mbarriers
+  static constexpr int kSmemBytes = kBarOffset + kStages * kWarps * 8;
+  static_assert(kConvert ? kConvBytes >= kScratchBytes : kStageBytes >= kScratchBytes,
+                "the merge scratch reuses a consumed stage or the conversion buffer");
+  static_assert(kRowBytes % 16 == 0 && kRowStride % 16 == 0, "bulk copies move 16-byte multiples to 16-byte addresses");
   static_assert(kSmemBytes <= 227 * 1024, "a CTA may use at most 227 KB of shared memory on sm_90");
 };
 
@@ -48,86 +59,6 @@ namespace decode_detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-__device__ __forceinline__ DecodeWorkItem load_item(const DecodeWorkItem* g_items, int idx) {
-  const int4* src = reinterpret_cast<const int4*>(g_items + idx);
-  const int4 a = __ldg(src), b = __ldg(src + 1);
-  return {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-}
-
-__device__ __forceinline__ int num_tiles(const DecodeWorkItem& it) {
-  return (it.kv_end - it.kv_begin + kDecodeTileKv - 1) / kDecodeTileKv;
-}
-
-// How one thread copies a tile: one fixed 16-byte chunk column, every kRowsPerPass-th row.
-template <typename C>
-struct TileCopy {
-  static constexpr int kCpr = C::kRowBytes / 16;  // 16-byte chunks a cached row
-  static constexpr int kRowsPerPass = C::kThreads / kCpr;
-  static constexpr int kRowsPerThread = C::kBlockN / kRowsPerPass;
-};
-
-// Starts the loads of this thread's page-table entries for one tile. They are used by the next
-// issue_tile, a whole tile's compute later, so their latency is hidden instead of stalling the
-// copy right after the barrier.
-template <typename C>
-__device__ __forceinline__ void load_pages(const DecodeParams& p, const DecodeWorkItem& it, int tile, int page_shift,
-                                           int (&r_page)[TileCopy<C>::kRowsPerThread]) {
-  using TC = TileCopy<C>;
-  const int key0 = it.kv_begin + tile * C::kBlockN + static_cast<int>(threadIdx.x) / TC::kCpr;
-#pragma unroll
-  for (int i = 0; i < TC::kRowsPerThread; ++i) {
-    const int key = key0 + i * TC::kRowsPerPass;
-    // Power-of-two pages (the usual case) cost a shift, not a division.
-    const int page_idx = page_shift >= 0 ? key >> page_shift : key / p.page_size;
-    r_page[i] = key < it.kv_end ? __ldg(p.kv_page_indices + it.page_begin + page_idx) : 0;
-  }
-}
-
-// Copies keys [kv_begin + tile * kBlockN, +kBlockN) of one KV head (and, for an item's first tile,
-// its query rows) into a stage; keys past kv_end become zeros, never stale bytes (0 * NaN = NaN).
-template <typename C>
-__device__ __forceinline__ void issue_tile(const DecodeParams& p, const DecodeWorkItem& it, int tile, int group,
-                                           int page_shift, const int (&r_page)[TileCopy<C>::kRowsPerThread],
-                                           unsigned char* s_stage, unsigned char* s_q) {
-  using TKv = typename C::TKv;
-  using TC = TileCopy<C>;
-  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(TKv));
-  const int tid = threadIdx.x;
-  const int chunk = tid % TC::kCpr;
-  const int key0 = it.kv_begin + tile * C::kBlockN;
-  const TKv* g_k = static_cast<const TKv*>(p.k_pool);
-  const TKv* g_v = static_cast<const TKv*>(p.v_pool);
-  const uint32_t s_k = tile::smem_addr(s_stage);
-  const uint32_t s_v = s_k + C::kTileBytes;
-#pragma unroll
-  for (int i = 0; i < TC::kRowsPerThread; ++i) {
-    const int r = tid / TC::kCpr + i * TC::kRowsPerPass;
-    const int key = key0 + r;
-    const bool valid = key < it.kv_end;
-    const int in_page = page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
-    const int64_t slot = int64_t{r_page[i]} * p.page_size + in_page;
-    const int64_t offset = valid ? (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * kElemsPerChunk : 0;
-    // 16-bit tiles in the mma type are read by ldmatrix straight away: swizzled. Others are
-    // converted first, by the warp that owns the rows: plain row-major.
-    const uint32_t dst = C::kConvert ? static_cast<uint32_t>(r * C::kRowBytes + chunk * 16)
-                                     : tile::swizzle<C::kHeadDim>(r, chunk);
-    tile::cp_async_16(s_k + dst, g_k + offset, valid);
-    tile::cp_async_16(s_v + dst, g_v + offset, valid);
-  }
-  if (tile == 0) {
-    constexpr int kQCpr = C::kHeadDim / 8;
-    const int rows = min(C::kRows, group - it.row_begin);
-    const typename C::T* g_q = static_cast<const typename C::T*>(p.q) +
-                               (int64_t{it.token_idx} * p.num_qo_heads + it.kv_head_idx * group + it.row_begin) *
-                                   C::kHeadDim;
-    const uint32_t s_q_addr = tile::smem_addr(s_q);
-    for (int idx = tid; idx < rows * kQCpr; idx += C::kThreads) {
-      const int r = idx / kQCpr, c = idx % kQCpr;
-      tile::cp_async_16(s_q_addr + tile::swizzle<C::kHeadDim>(r, c), g_q + r * C::kHeadDim + c * 8, true);
-    }
-  }
-}
 
 // 16 cached bytes -> 16-byte chunks of T (two for e4m3, one for the other 16-bit type), exactly
 // for e4m3; bf16 <-> f16 rounds once, like a cast.
@@ -159,10 +90,20 @@ __device__ __forceinline__ void convert_chunk(const uint4& raw, uint4* out) {
   }
 }
 
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile ldmatrix reads.
+template <typename C>
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
+  if constexpr (C::kConvert) {
+    return tile::swizzle<C::kHeadDim>(row, chunk);
+  } else {
+    return static_cast<uint32_t>(row * C::kRowStride + chunk * 16);
+  }
+}
+
 }  // namespace decode_detail
 
 template <typename C>
-__global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const __grid_constant__ DecodeParams p) {
   using T = typename C::T;
   constexpr int kD = C::kHeadDim;
   constexpr int kS = C::kStages;
@@ -184,40 +125,36 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
   const bool soft_cap = p.logits_soft_cap > 0.0f;
   const float qk_scale = p.sm_scale * p.k_scale;
   const float qk_scale_log2 = qk_scale * dd::kLog2e;
-
-  // Query rows past the group's heads stay zero (their own rows of S and O are never written out).
-  for (int i = tid; i < kS * C::kQBytes / 16; i += C::kThreads) {
-    reinterpret_cast<uint4*>(smem + C::kQOffset)[i] = make_uint4(0, 0, 0, 0);
-  }
+  const uint32_t s_base = tile::smem_addr(smem);
+  // This warp's barrier of stage s; one arrival (lane 0's expect_tx) plus the copies' bytes.
+  auto bar = [&](int s) { return s_base + C::kBarOffset + (s * C::kWarps + warp) * 8; };
+  if (tid < kS * C::kWarps) dd::mbar_init(s_base + C::kBarOffset + tid * 8, 1);
+  dd::mbar_init_fence();
   __syncthreads();
 
-  // Producer: the next tile to copy; it runs kS - 1 tiles ahead, across item boundaries.
+  // Producer: this warp's next tile to copy; it runs kS - 1 tiles ahead, across item boundaries.
   int p_item = item_begin, p_tile = 0;
   DecodeWorkItem p_it = dd::load_item(p.items, item_begin);
   int p_tiles = dd::num_tiles(p_it);
-  int r_page[dd::TileCopy<C>::kRowsPerThread];  // page-table entries of the producer's next tile
-  dd::load_pages<C>(p, p_it, p_tile, page_shift, r_page);
+  int r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);  // entry of the next tile's row
   auto issue = [&](int stage) {
-    if (p_item < item_end) {
-      dd::issue_tile<C>(p, p_it, p_tile, group, page_shift, r_page, smem + stage * C::kStageBytes,
-                        smem + C::kQOffset + ((p_item - item_begin) % kS) * C::kQBytes);
-      if (++p_tile == p_tiles) {
-        p_tile = 0;
-        if (++p_item < item_end) {
-          p_it = dd::load_item(p.items, p_item);
-          p_tiles = dd::num_tiles(p_it);
-        }
+    if (p_item >= item_end) return;
+    dd::issue_rows<C>(p, p_it, p_tile, warp, lane, page_shift, r_page, s_base + stage * C::kStageBytes, bar(stage));
+    if (++p_tile == p_tiles) {
+      p_tile = 0;
+      if (++p_item < item_end) {
+        p_it = dd::load_item(p.items, p_item);
+        p_tiles = dd::num_tiles(p_it);
       }
-      if (p_item < item_end) dd::load_pages<C>(p, p_it, p_tile, page_shift, r_page);
     }
-    tile::cp_async_commit();  // an empty group past the end keeps the wait count uniform
+    if (p_item < item_end) r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);
   };
 #pragma unroll
   for (int s = 0; s < kS - 1; ++s) issue(s);
 
   // Consumer state: this warp's online softmax over its keys of the current item.
   int c_item = item_begin, c_tile = 0;
-  DecodeWorkItem c_it = p.items[item_begin];
+  DecodeWorkItem c_it = p_item == item_begin ? p_it : dd::load_item(p.items, item_begin);
   int c_tiles = dd::num_tiles(c_it);
   auto item_mask = [&](const DecodeWorkItem& it) -> const uint8_t* {
     if (p.custom_mask_indptr == nullptr) return nullptr;
@@ -225,6 +162,7 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
     return hi > lo ? p.custom_mask + lo : nullptr;
   };
   const uint8_t* c_mask = item_mask(c_it);
+  uint32_t r_q[kD / 16][4];           // the item's query rows, A fragments
   float r_m[2] = {kNegInf, kNegInf};  // running max of rows g and g + 8, log2 domain
   float r_l[2] = {0.0f, 0.0f};        // this lane's part of the running denominator
   float r_o[kNt][4];                  // [16 rows, kD] accumulator fragments
@@ -232,22 +170,24 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
   for (int n = 0; n < kNt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
 
   for (int it_idx = 0; c_item < item_end; ++it_idx) {
-    tile::cp_async_wait<kS - 2>();
-    __syncthreads();  // tile it_idx is in; every warp is done with the stage about to be refilled
+    // The stage consumed last iteration is refilled first, so kS tiles are in flight during the wait.
     issue((it_idx + kS - 1) % kS);
+    if (c_tile == 0) dd::load_q<C>(p, c_it, group, lane, r_q);
+    const int stage = it_idx % kS;
+    dd::mbar_wait(bar(stage), static_cast<uint32_t>(it_idx / kS) & 1u);
 
-    unsigned char* s_stage = smem + (it_idx % kS) * C::kStageBytes;
-    const uint32_t s_q = tile::smem_addr(smem + C::kQOffset + ((c_item - item_begin) % kS) * C::kQBytes);
+    unsigned char* s_stage = smem + stage * C::kStageBytes;
     uint32_t s_k, s_v;
     int row0;  // this warp's first key row in the K/V tile it reads
     if constexpr (C::kConvert) {
       unsigned char* s_conv = smem + C::kConvOffset + warp * (2 * 16 * kD * 2);
       constexpr int kRawCpr = C::kRowBytes / 16;
+      __syncwarp();  // every lane is done reading the previous tile's conversion
       for (int idx = lane; idx < 2 * 16 * kRawCpr; idx += 32) {
         const int mat = idx / (16 * kRawCpr), rem = idx % (16 * kRawCpr);
         const int r = rem / kRawCpr, c = rem % kRawCpr;
         const uint4 raw = *reinterpret_cast<const uint4*>(s_stage + mat * C::kTileBytes +
-                                                          (warp * 16 + r) * C::kRowBytes + c * 16);
+                                                          (warp * 16 + r) * C::kRowStride + c * 16);
         uint4 out[2];
         dd::convert_chunk<T, typename C::TKv>(raw, out);
         unsigned char* dst = s_conv + mat * (16 * kD * 2);
@@ -262,7 +202,7 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
       s_v = s_k + 16 * kD * 2;
       row0 = 0;
     } else {
-      s_k = tile::smem_addr(s_stage);
+      s_k = s_base + stage * C::kStageBytes;
       s_v = s_k + C::kTileBytes;
       row0 = warp * 16;
     }
@@ -271,11 +211,10 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
     float r_s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[4], b[4];
-      tile::ldmatrix_x4(a, s_q + tile::swizzle<kD>(lane % 16, kk * 2 + lane / 16));
-      tile::ldmatrix_x4(b, s_k + tile::swizzle<kD>(row0 + lane % 8 + 8 * (lane / 16), kk * 2 + (lane / 8) % 2));
-      tile::mma_16816<T>(r_s[0], a, b[0], b[1]);
-      tile::mma_16816<T>(r_s[1], a, b[2], b[3]);
+      uint32_t b[4];
+      tile::ldmatrix_x4(b, s_k + dd::tile_offset<C>(row0 + lane % 8 + 8 * (lane / 16), kk * 2 + (lane / 8) % 2));
+      tile::mma_16816<T>(r_s[0], r_q[kk], b[0], b[1]);
+      tile::mma_16816<T>(r_s[1], r_q[kk], b[2], b[3]);
     }
 
     // Scale, soft-cap, mask; online softmax per row (a row's 16 keys live in one lane quad).
@@ -325,14 +264,15 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
 #pragma unroll
     for (int dn = 0; dn < kD / 16; ++dn) {
       uint32_t b[4];
-      tile::ldmatrix_x4_trans(b, s_v + tile::swizzle<kD>(row0 + lane % 8 + 8 * ((lane / 8) % 2), dn * 2 + lane / 16));
+      tile::ldmatrix_x4_trans(b, s_v + dd::tile_offset<C>(row0 + lane % 8 + 8 * ((lane / 8) % 2), dn * 2 + lane / 16));
       tile::mma_16816<T>(r_o[2 * dn], a_p, b[0], b[1]);
       tile::mma_16816<T>(r_o[2 * dn + 1], a_p, b[2], b[3]);
     }
 
     if (++c_tile < c_tiles) continue;
 
-    // The item's last tile: the four warps' states meet in shared memory and are written out.
+    // The item's last tile: the four warps' states meet in shared memory and are written out. The
+    // stage just consumed has no copy in flight: its next tile is issued after the last barrier.
     __syncthreads();  // every warp is done reading the stage (or conversion buffer) reused here
     float* s_o = reinterpret_cast<float*>(C::kConvert ? smem + C::kConvOffset : s_stage);  // [kWarps, kRows, kD]
 #pragma unroll
@@ -379,7 +319,9 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
         *reinterpret_cast<uint2*>(g_out) = make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
       }
     }
-    // Next item (the loop-top barrier orders this combine before the scratch is refilled).
+    // The scratch was written by ordinary stores; the copy engine refills it next (after this barrier).
+    dd::fence_proxy_async();
+    __syncthreads();
     c_tile = 0;
     if (++c_item < item_end) {
       c_it = dd::load_item(p.items, c_item);
@@ -391,7 +333,6 @@ __global__ void __launch_bounds__(C::kThreads) decode_kernel(const __grid_consta
 #pragma unroll
     for (int n = 0; n < kNt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
   }
-  tile::cp_async_wait<0>();
 }
 
 }  // namespace attnkit::planned
