@@ -23,6 +23,7 @@ struct Capabilities {
   std::vector<DType> q_dtypes;       // q, k, v and out share one dtype
   std::vector<DType> kv_dtypes;      // cache dtypes
   std::vector<int> head_dims;        // supported head_dim_qk == head_dim_vo values; empty: any
+  int max_head_dim = 0;              // with head_dims empty: head_dim_qk and head_dim_vo at most this (0: any)
   bool mla = false;                  // MLA (absorbed form)
   std::vector<int> mla_dims;         // supported kv_lora_rank values for MLA; empty: any
   int min_page_size = 1;

@@ -33,6 +33,9 @@ class HybridBackend final : public AttentionBackend {
     c.kv_dtypes = both(p.kv_dtypes, d.kv_dtypes);
     if (p.head_dims.empty()) c.head_dims = d.head_dims;
     else if (!d.head_dims.empty()) c.head_dims = both(p.head_dims, d.head_dims);
+    c.max_head_dim = p.max_head_dim == 0 ? d.max_head_dim
+                     : d.max_head_dim == 0 ? p.max_head_dim
+                                           : std::min(p.max_head_dim, d.max_head_dim);
     c.mla = p.mla && d.mla;
     if (p.mla_dims.empty()) c.mla_dims = d.mla_dims;
     else if (!d.mla_dims.empty()) c.mla_dims = both(p.mla_dims, d.mla_dims);

@@ -54,6 +54,10 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
         return concat("head_dim must be one of ", list(caps.head_dims), ", got ", spec.head_dim_qk);
       }
     }
+    if (caps.max_head_dim > 0 && std::max(spec.head_dim_qk, spec.head_dim_vo) > caps.max_head_dim) {
+      return concat("head_dim_qk and head_dim_vo must be at most ", caps.max_head_dim, ", got ", spec.head_dim_qk,
+                    " and ", spec.head_dim_vo);
+    }
     if (!caps.gqa && spec.num_qo_heads != spec.num_kv_heads) {
       return concat("GQA/MQA is not supported (num_qo_heads ", spec.num_qo_heads, " != num_kv_heads ",
                     spec.num_kv_heads, ")");

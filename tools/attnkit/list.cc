@@ -84,7 +84,7 @@ std::function<int()> add_list(CLI::App& app) {
       for (const auto& f : features(c)) feats += (feats.empty() ? "" : " ") + f;
       const std::string pages = std::to_string(c.min_page_size) + ".." + std::to_string(c.max_page_size);
       rows.push_back({b.name, std::string(device_name(b.device)), why.empty() ? "yes" : "no: " + why,
-                      join_dtypes(c.q_dtypes), join_dtypes(c.kv_dtypes), join_ints(c.head_dims, "any"), pages, feats});
+                      join_dtypes(c.q_dtypes), join_dtypes(c.kv_dtypes), c.head_dims.empty() && c.max_head_dim > 0 ? "<=" + std::to_string(c.max_head_dim) : join_ints(c.head_dims, "any"), pages, feats});
       out.push_back({{"name", b.name},
                      {"description", b.description},
                      {"device", device_name(b.device)},
@@ -93,6 +93,7 @@ std::function<int()> add_list(CLI::App& app) {
                      {"q_dtypes", join_dtypes(c.q_dtypes)},
                      {"kv_dtypes", join_dtypes(c.kv_dtypes)},
                      {"head_dims", c.head_dims},
+                     {"max_head_dim", c.max_head_dim},
                      {"mla_dims", c.mla_dims},
                      {"min_page_size", c.min_page_size},
                      {"max_page_size", c.max_page_size},

@@ -27,7 +27,7 @@ Capabilities cuda_naive_capabilities() {
   c.device = Device::cuda;
   c.q_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16, DType::e4m3};
-  // head_dims empty: any head_dim_qk and head_dim_vo up to kMaxHeadDim, checked in plan().
+  c.max_head_dim = cuda_naive::kMaxHeadDim;  // any head dims up to it, qk and vo may differ
   c.mla = false;
   c.cuda_graph = false;
   return c;
@@ -59,12 +59,6 @@ void CudaNaiveBackend::upload(Buffer& buffer, const void* src, size_t nbytes) {
 }
 
 void CudaNaiveBackend::plan(const ForwardBatch& batch) {
-  for (int l = 0; l < model().num_layers(); ++l) {
-    const AttentionSpec& spec = model().layer(l);
-    ATTNKIT_CHECK(spec.head_dim_qk <= cuda_naive::kMaxHeadDim && spec.head_dim_vo <= cuda_naive::kMaxHeadDim,
-                  "cuda-naive: head_dim_qk and head_dim_vo must be at most ", cuda_naive::kMaxHeadDim, ", got ",
-                  spec.head_dim_qk, " and ", spec.head_dim_vo, " (layer ", l, ")");
-  }
   for (int i = 0; i < batch.batch_size(); ++i) {
     ATTNKIT_CHECK(batch.kv_len(i) <= kMaxKvLen, "cuda-naive: kv_len must be at most ", kMaxKvLen, ", got ",
                   batch.kv_len(i), " (request ", i, ")");
