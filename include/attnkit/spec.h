@@ -22,6 +22,11 @@ struct AttentionSpec {
   int kv_lora_rank = 0;          // > 0: MLA in the absorbed form
   int qk_rope_head_dim = 0;
 
+  // q query heads over kv KV heads of head_dim (MHA, GQA or MQA by the ratio), causal, scale 1/sqrt(d).
+  static AttentionSpec dense(int num_qo_heads, int num_kv_heads, int head_dim);
+  // Absorbed MLA: num_qo_heads read one latent of kv_lora_rank + qk_rope_head_dim per token.
+  static AttentionSpec mla(int num_qo_heads, int kv_lora_rank, int qk_rope_head_dim, float sm_scale);
+
   bool is_mla() const { return kv_lora_rank > 0; }
   int group_size() const { return num_kv_heads > 0 ? num_qo_heads / num_kv_heads : 0; }
   AttentionKind kind() const;

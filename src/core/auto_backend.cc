@@ -3,16 +3,17 @@
 #include <map>
 
 #include "attnkit/registry.h"
+#include "core/delegating_backend.h"
 
 namespace attnkit {
 
 namespace {
 
-class AutoBackend final : public AttentionBackend {
+class AutoBackend final : public DelegatingBackend {
  public:
-  using AttentionBackend::AttentionBackend;
+  using DelegatingBackend::DelegatingBackend;
 
-  std::string name() const override { return active_ ? "auto:" + active_->name() : "auto"; }
+  std::string name() const override { return active() ? "auto:" + active()->name() : "auto"; }
 
   // Permissive on purpose: the chosen backend checks the call against its own capabilities.
   Capabilities capabilities() const override {
@@ -26,36 +27,24 @@ class AutoBackend final : public AttentionBackend {
   }
 
   void synchronize() override {
-    if (active_) active_->synchronize();
+    if (active()) active()->synchronize();
   }
   size_t workspace_bytes() const override {
     size_t total = 0;
     for (const auto& [name, b] : backends_) total += b->workspace_bytes();
     return total;
   }
-  const Selection& last_selection() const { return selection_; }
 
  protected:
-  void plan(const ForwardBatch& batch) override {
-    selection_ = select_backend(model(), cache().config(), &batch);
-    auto& slot = backends_[selection_.backend];
-    if (!slot) slot = create_backend(selection_.backend, {&model(), &cache()});
-    active_ = slot.get();
-    active_->init_forward_metadata(batch);
-  }
-  void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                  const TensorView& out) override {
-    active_->forward_extend(layer, q, k, v, out);
-  }
-  void run_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                  const TensorView& out) override {
-    active_->forward_decode(layer, q, k, v, out);
+  AttentionBackend* choose(const ForwardBatch& batch) override {
+    const std::string chosen = select_backend(model(), cache().config(), &batch).backend;
+    auto& slot = backends_[chosen];
+    if (!slot) slot = create_backend(chosen, {&model(), &cache()});
+    return slot.get();
   }
 
  private:
   std::map<std::string, std::unique_ptr<AttentionBackend>> backends_;  // created on first choice
-  AttentionBackend* active_ = nullptr;
-  Selection selection_;
 };
 
 }  // namespace

@@ -3,17 +3,18 @@
 #include <algorithm>
 
 #include "attnkit/registry.h"
+#include "core/delegating_backend.h"
 
 namespace attnkit {
 
 namespace {
 
 // Extend and mixed batches go to one backend, decode batches to another; both read one cache.
-class HybridBackend final : public AttentionBackend {
+class HybridBackend final : public DelegatingBackend {
  public:
   HybridBackend(const BackendContext& context, std::unique_ptr<AttentionBackend> prefill,
                 std::unique_ptr<AttentionBackend> decode)
-      : AttentionBackend(context), prefill_(std::move(prefill)), decode_(std::move(decode)) {}
+      : DelegatingBackend(context), prefill_(std::move(prefill)), decode_(std::move(decode)) {}
 
   std::string name() const override { return prefill_->name() + "+" + decode_->name(); }
 
@@ -63,23 +64,13 @@ class HybridBackend final : public AttentionBackend {
   }
 
  protected:
-  void plan(const ForwardBatch& batch) override {
-    active_ = batch.mode == ForwardMode::decode ? decode_.get() : prefill_.get();
-    active_->init_forward_metadata(batch);
-  }
-  void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                  const TensorView& out) override {
-    active_->forward_extend(layer, q, k, v, out);
-  }
-  void run_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                  const TensorView& out) override {
-    active_->forward_decode(layer, q, k, v, out);
+  AttentionBackend* choose(const ForwardBatch& batch) override {
+    return batch.mode == ForwardMode::decode ? decode_.get() : prefill_.get();
   }
 
  private:
   std::unique_ptr<AttentionBackend> prefill_;
   std::unique_ptr<AttentionBackend> decode_;
-  AttentionBackend* active_ = nullptr;
 };
 
 }  // namespace

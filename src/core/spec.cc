@@ -71,6 +71,27 @@ std::string AttentionSpec::describe() const {
   return os.str();
 }
 
+AttentionSpec AttentionSpec::dense(int num_qo_heads, int num_kv_heads, int head_dim) {
+  AttentionSpec s;
+  s.num_qo_heads = num_qo_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim_qk = head_dim;
+  s.head_dim_vo = head_dim;
+  return s;
+}
+
+AttentionSpec AttentionSpec::mla(int num_qo_heads, int kv_lora_rank, int qk_rope_head_dim, float sm_scale) {
+  AttentionSpec s;
+  s.num_qo_heads = num_qo_heads;
+  s.num_kv_heads = 1;
+  s.kv_lora_rank = kv_lora_rank;
+  s.qk_rope_head_dim = qk_rope_head_dim;
+  s.head_dim_qk = kv_lora_rank + qk_rope_head_dim;
+  s.head_dim_vo = kv_lora_rank;
+  s.sm_scale = sm_scale;
+  return s;
+}
+
 const AttentionSpec& ModelSpec::layer(int layer_idx) const {
   ATTNKIT_CHECK(layer_idx >= 0 && layer_idx < num_layers(), "layer must be in 0..", num_layers() - 1,
                 " for model ", name, ", got ", layer_idx);
@@ -78,15 +99,6 @@ const AttentionSpec& ModelSpec::layer(int layer_idx) const {
 }
 
 namespace {
-
-AttentionSpec dense(int q_heads, int kv_heads, int head_dim) {
-  AttentionSpec s;
-  s.num_qo_heads = q_heads;
-  s.num_kv_heads = kv_heads;
-  s.head_dim_qk = head_dim;
-  s.head_dim_vo = head_dim;
-  return s;
-}
 
 ModelSpec uniform(std::string name, int layers, const AttentionSpec& spec, int hidden, int inter) {
   ModelSpec m;
@@ -106,22 +118,22 @@ std::vector<std::string> preset_names() {
 ModelSpec make_preset(std::string_view name, int num_layers) {
   ModelSpec m;
   if (name == "llama3-8b") {
-    m = uniform("llama3-8b", 32, dense(32, 8, 128), 4096, 14336);
+    m = uniform("llama3-8b", 32, AttentionSpec::dense(32, 8, 128), 4096, 14336);
   } else if (name == "llama3-70b") {
-    m = uniform("llama3-70b", 80, dense(64, 8, 128), 8192, 28672);
+    m = uniform("llama3-70b", 80, AttentionSpec::dense(64, 8, 128), 8192, 28672);
   } else if (name == "qwen3-0.6b") {
-    m = uniform("qwen3-0.6b", 28, dense(16, 8, 128), 1024, 3072);
+    m = uniform("qwen3-0.6b", 28, AttentionSpec::dense(16, 8, 128), 1024, 3072);
   } else if (name == "gemma2-9b") {
     // Soft-cap 50 on every layer; even layers see a sliding window of 4096 tokens (the query
     // and the 4095 before it), odd layers the whole history. Scale 1/sqrt(256) (query_pre_attn_scalar).
-    AttentionSpec s = dense(16, 8, 256);
+    AttentionSpec s = AttentionSpec::dense(16, 8, 256);
     s.logits_soft_cap = 50.0f;
     m = uniform("gemma2-9b", 42, s, 3584, 14336);
     for (int i = 0; i < m.num_layers(); i += 2) m.layers[static_cast<size_t>(i)].window_left = 4095;
   } else if (name == "gpt-oss-20b") {
     // 64 query heads, 8 KV heads of 64; sinks on every layer; even layers window 128.
     // The sink logits are learned weights: the preset draws fixed stand-ins in [-2, 2].
-    m = uniform("gpt-oss-20b", 24, dense(64, 8, 64), 2880, 2880);
+    m = uniform("gpt-oss-20b", 24, AttentionSpec::dense(64, 8, 64), 2880, 2880);
     std::mt19937 rng(20);
     std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
     for (int i = 0; i < m.num_layers(); ++i) {
@@ -133,14 +145,7 @@ ModelSpec make_preset(std::string_view name, int num_layers) {
   } else if (name == "deepseek-v3") {
     // Absorbed MLA: 128 heads read one 576-wide latent (512 + 64 rope) per token; the scale is
     // that of the un-absorbed 192-wide query-key product (128 nope + 64 rope).
-    AttentionSpec s;
-    s.num_qo_heads = 128;
-    s.num_kv_heads = 1;
-    s.kv_lora_rank = 512;
-    s.qk_rope_head_dim = 64;
-    s.head_dim_qk = 576;
-    s.head_dim_vo = 512;
-    s.sm_scale = 1.0f / std::sqrt(192.0f);
+    const AttentionSpec s = AttentionSpec::mla(128, 512, 64, 1.0f / std::sqrt(192.0f));
     m = uniform("deepseek-v3", 61, s, 7168, 18432);
   } else {
     std::string known;

@@ -7,26 +7,8 @@ namespace attnkit::harness {
 
 namespace {
 
-AttentionSpec heads(int q, int kv, int dim) {
-  AttentionSpec s;
-  s.num_qo_heads = q;
-  s.num_kv_heads = kv;
-  s.head_dim_qk = dim;
-  s.head_dim_vo = dim;
-  return s;
-}
-
-AttentionSpec mla(int q, int rank, int rope) {
-  AttentionSpec s;
-  s.num_qo_heads = q;
-  s.num_kv_heads = 1;
-  s.kv_lora_rank = rank;
-  s.qk_rope_head_dim = rope;
-  s.head_dim_qk = rank + rope;
-  s.head_dim_vo = rank;
-  s.sm_scale = 0.125f;
-  return s;
-}
+AttentionSpec heads(int q, int kv, int dim) { return AttentionSpec::dense(q, kv, dim); }
+AttentionSpec mla(int q, int rank, int rope) { return AttentionSpec::mla(q, rank, rope, 0.125f); }
 
 CheckCase make(std::string label, AttentionSpec spec, std::vector<std::pair<int64_t, int64_t>> requests) {
   CheckCase c;

@@ -14,14 +14,7 @@
 namespace attnkit {
 namespace {
 
-AttentionSpec heads(int q, int kv, int dim) {
-  AttentionSpec s;
-  s.num_qo_heads = q;
-  s.num_kv_heads = kv;
-  s.head_dim_qk = dim;
-  s.head_dim_vo = dim;
-  return s;
-}
+AttentionSpec heads(int q, int kv, int dim) { return AttentionSpec::dense(q, kv, dim); }
 
 harness::CheckCase make(std::string label, AttentionSpec spec, DType dtype,
                         std::vector<std::pair<int64_t, int64_t>> requests) {

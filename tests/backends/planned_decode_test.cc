@@ -27,14 +27,7 @@ void expect_passes(const harness::CheckCase& c) {
                         << r.message;
 }
 
-AttentionSpec heads(int q, int kv, int dim) {
-  AttentionSpec s;
-  s.num_qo_heads = q;
-  s.num_kv_heads = kv;
-  s.head_dim_qk = dim;
-  s.head_dim_vo = dim;
-  return s;
-}
+AttentionSpec heads(int q, int kv, int dim) { return AttentionSpec::dense(q, kv, dim); }
 
 harness::CheckCase decode_case(std::string label, AttentionSpec spec, std::vector<int64_t> kv_lens, int page = 16) {
   harness::CheckCase c;
