@@ -2,6 +2,9 @@
 #include "harness/bench.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <chrono>
@@ -66,6 +69,15 @@ void fill_pool(void* pool, size_t nbytes, DType dtype, Device device, uint64_t s
 #endif
     }
   }
+}
+
+double current_rss_bytes() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
 double peak_rss_bytes() {
@@ -154,8 +166,6 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   fill_pool(cache.k_pool(0), pool_bytes * cfg.k_slot_bytes(), cfg.dtype, cfg.device, 1);
   if (!cfg.mla) fill_pool(cache.v_pool(0), pool_bytes * cfg.v_slot_bytes(), cfg.dtype, cfg.device, 2);
 
-  auto b = create_backend(backend, {&w.model, &cache});
-  b->init_forward_metadata(batch);
   const int64_t n = batch.num_tokens();
   std::vector<Staged> q, k, v, out;
   for (int i = 0; i < opt.input_sets; ++i) {
@@ -168,6 +178,10 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
       t->upload();
     }
   }
+  // Host memory the backend itself adds: resident set before it exists and after its warm-up.
+  const double rss_before = current_rss_bytes();
+  auto b = create_backend(backend, {&w.model, &cache});
+  b->init_forward_metadata(batch);
   auto call = [&](int i) {
     const size_t set = static_cast<size_t>(i % opt.input_sets);
     b->forward(0, q[set].dev(), k[set].dev(), s.is_mla() ? TensorView() : v[set].dev(), out[set].dev());
@@ -176,6 +190,7 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   const auto budget_end = Clock::now() + std::chrono::duration<double>(opt.max_seconds);
   for (int i = 0; i < opt.warmup && Clock::now() < budget_end; ++i) call(i);
   b->synchronize();
+  r.backend_host_bytes = std::max(0.0, current_rss_bytes() - rss_before);
   std::vector<double> ms;
 #ifdef ATTNKIT_WITH_CUDA
   std::unique_ptr<cuda::EventTimer> timer;

@@ -56,7 +56,8 @@ struct BenchResult {
   double flop_per_s = 0.0;
   double bytes_per_s = 0.0;
   double workspace_bytes = 0.0;    // device/host memory the backend asked for beyond the cache
-  double peak_rss_bytes = 0.0;     // host peak resident set after the run
+  double peak_rss_bytes = 0.0;     // host peak resident set after the run (inputs and cache included)
+  double backend_host_bytes = 0.0; // host resident memory the backend added (creation to warm-up)
   double plan_us = 0.0;            // host time of init_forward_metadata (validation + plan)
 };
 

@@ -42,7 +42,8 @@ nlohmann::json to_json(const harness::BenchResult& r) {
           {"repeats", r.repeats},       {"median_ms", r.median_ms},       {"min_ms", r.min_ms},
           {"max_ms", r.max_ms},         {"flops", r.flops},               {"bytes", r.bytes},
           {"tokens_per_s", r.tokens_per_s}, {"flop_per_s", r.flop_per_s}, {"bytes_per_s", r.bytes_per_s},
-          {"workspace_bytes", r.workspace_bytes}, {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}};
+          {"workspace_bytes", r.workspace_bytes}, {"backend_host_bytes", r.backend_host_bytes},
+          {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}};
 }
 
 }  // namespace
@@ -110,7 +111,7 @@ std::function<int()> add_bench(CLI::App& app) {
     const bool memory_bound = phase == harness::Phase::decode;
     std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "calls", "tokens/s",
                                                    memory_bound ? "bytes/s" : "FLOP/s", "of ceiling", "plan us",
-                                                   "workspace", "peak RSS"}};
+                                                   "workspace", "host +", "peak RSS"}};
     nlohmann::json results = nlohmann::json::array();
     for (const std::string& name : names) {
       const harness::BenchResult r = harness::run_bench(name, w, opt);
@@ -127,7 +128,7 @@ std::function<int()> add_bench(CLI::App& app) {
       if (ceiling > 0) j["fraction_of_ceiling"] = rate / ceiling;
       rows.push_back({name, w.label, fixed(r.median_ms, 3), std::to_string(r.repeats), si(r.tokens_per_s),
                       si(rate) + (memory_bound ? "B/s" : "FLOP/s"), frac, fixed(r.plan_us, 1),
-                      si(r.workspace_bytes) + "B", si(r.peak_rss_bytes) + "B"});
+                      si(r.workspace_bytes) + "B", si(r.backend_host_bytes) + "B", si(r.peak_rss_bytes) + "B"});
       results.push_back(j);
     }
     print_table(rows);
