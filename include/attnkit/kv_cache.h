@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnkit/error.h"
+#include "attnkit/spec.h"
 #include "attnkit/tensor.h"
 
 namespace attnkit {
@@ -24,6 +25,9 @@ struct KvCacheConfig {
   float v_scale = 1.0f;
   bool mla = false;            // one latent pool per layer, no V pool
   Device device = Device::cpu;
+
+  // The head layout of `spec` (KV heads, head dims, MLA); the caller sets pages, dtype and device.
+  static KvCacheConfig for_spec(const AttentionSpec& spec, int num_layers = 1);
 
   int64_t num_slots() const { return int64_t{num_pages} * page_size; }
   // Bytes of one token slot of K (MLA: the latent vector) and of V (MLA: 0).

@@ -5,6 +5,16 @@
 
 namespace attnkit {
 
+KvCacheConfig KvCacheConfig::for_spec(const AttentionSpec& spec, int num_layers) {
+  KvCacheConfig c;
+  c.num_layers = num_layers;
+  c.num_kv_heads = spec.num_kv_heads;
+  c.head_dim_k = spec.head_dim_qk;
+  c.head_dim_v = spec.head_dim_vo;
+  c.mla = spec.is_mla();
+  return c;
+}
+
 void KvCacheConfig::validate() const {
   ATTNKIT_CHECK(num_layers >= 1, "cache: num_layers must be >= 1, got ", num_layers);
   ATTNKIT_CHECK(num_pages >= 0, "cache: num_pages must be >= 0, got ", num_pages);

@@ -34,15 +34,9 @@ int64_t visible_keys(const AttentionSpec& s, int64_t prefix, int64_t n, int64_t 
 }
 
 KvCacheConfig cache_for(const Workload& w, Device device) {
-  const AttentionSpec& s = w.model.layer(0);
-  KvCacheConfig cfg;
-  cfg.num_layers = 1;
+  KvCacheConfig cfg = KvCacheConfig::for_spec(w.model.layer(0));
   cfg.page_size = w.page_size;
-  cfg.num_kv_heads = s.num_kv_heads;
-  cfg.head_dim_k = s.head_dim_qk;
-  cfg.head_dim_v = s.head_dim_vo;
   cfg.dtype = w.kv_dtype;
-  cfg.mla = s.is_mla();
   cfg.device = device;
   int64_t pages = 0;
   for (const auto& [p, n] : w.requests) pages += (p + n + w.page_size - 1) / w.page_size;

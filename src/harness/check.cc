@@ -52,16 +52,11 @@ std::vector<uint8_t> tree_mask(int64_t prefix, int64_t n, std::mt19937_64& rng) 
 }
 
 KvCacheConfig cache_config(const CheckCase& c, Device device) {
-  KvCacheConfig cfg;
-  cfg.num_layers = c.num_layers;
+  KvCacheConfig cfg = KvCacheConfig::for_spec(c.spec, c.num_layers);
   cfg.page_size = c.page_size;
-  cfg.num_kv_heads = c.spec.num_kv_heads;
-  cfg.head_dim_k = c.spec.head_dim_qk;
-  cfg.head_dim_v = c.spec.head_dim_vo;
   cfg.dtype = c.kv_dtype;
   cfg.k_scale = c.k_scale;
   cfg.v_scale = c.v_scale;
-  cfg.mla = c.spec.is_mla();
   cfg.device = device;
   int64_t pages = 3;  // a few spare pages, so page tables are not simply 0..n-1
   for (const auto& [p, n] : c.requests) pages += (p + n + c.page_size - 1) / c.page_size;

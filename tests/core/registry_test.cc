@@ -9,12 +9,8 @@ namespace {
 AttentionSpec llama_layer() { return make_preset("llama3-8b").layer(0); }
 
 KvCacheConfig cache_for(const AttentionSpec& s, Device device) {
-  KvCacheConfig c;
+  KvCacheConfig c = KvCacheConfig::for_spec(s);
   c.num_pages = 4;
-  c.num_kv_heads = s.num_kv_heads;
-  c.head_dim_k = s.head_dim_qk;
-  c.head_dim_v = s.head_dim_vo;
-  c.mla = s.is_mla();
   c.device = device;
   return c;
 }

@@ -101,11 +101,7 @@ std::function<int()> add_list(CLI::App& app) {
     }
     // What `auto` picks for the preset on a decode and a prefill batch, on the GPU if there is one.
     const ModelSpec model = make_preset(*preset);
-    KvCacheConfig cache;
-    cache.num_kv_heads = model.layer(0).num_kv_heads;
-    cache.head_dim_k = model.layer(0).head_dim_qk;
-    cache.head_dim_v = model.layer(0).head_dim_vo;
-    cache.mla = model.layer(0).is_mla();
+    KvCacheConfig cache = KvCacheConfig::for_spec(model.layer(0));
     cache.device = cuda_available() ? Device::cuda : Device::cpu;
     nlohmann::json auto_json = {{"preset", *preset}, {"table", tuning_table_source()}};
     std::vector<std::string> auto_lines;
