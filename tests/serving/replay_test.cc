@@ -8,21 +8,12 @@
 #include "attnkit/registry.h"
 #include "serving/replay.h"
 #include "serving/replay_json.h"
+#include "serving/tiny_model.h"
 
 namespace attnkit::serving {
 namespace {
 
-ModelSpec tiny_model(int layers) {
-  AttentionSpec s;
-  s.num_qo_heads = 2;
-  s.num_kv_heads = 1;
-  s.head_dim_qk = 8;
-  s.head_dim_vo = 8;
-  ModelSpec m;
-  m.name = "tiny";
-  m.layers.assign(static_cast<size_t>(layers), s);
-  return m;
-}
+using testing::tiny_model;
 
 Trace tiny_trace(int n, uint64_t seed) {
   Trace t;

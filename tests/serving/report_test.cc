@@ -12,20 +12,15 @@
 #include "serving/replay.h"
 #include "serving/replay_json.h"
 #include "serving/report.h"
+#include "serving/tiny_model.h"
 
 namespace attnkit::serving {
 namespace {
 
 nlohmann::json small_replay() {
-  AttentionSpec s;
-  s.num_qo_heads = 2;
-  s.num_kv_heads = 1;
-  s.head_dim_qk = 8;
-  s.head_dim_vo = 8;
   ReplayOptions o;
   o.backend = "reference";
-  o.model.name = "tiny";
-  o.model.layers = {s};
+  o.model = testing::tiny_model(1);
   o.dtype = o.kv_dtype = DType::f32;
   o.page_size = 4;
   o.kv_pages = 256;
