@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the main job: `attnkit bench` and `attnkit check` on the default preset,
-# over every backend available on this machine.
+# Sets up, builds and runs the main job: replay the built-in request trace (Azure 2023 conversation
+# sample) on every backend available here, verifying sampled steps against `reference`, print the
+# comparison table and write the report; then `attnkit check` on the default preset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-build/tools/attnkit/attnkit list
-build/tools/attnkit/attnkit bench --backend all --phase decode --batch 4 --kv-len 2048 --max-seconds 10
-build/tools/attnkit/attnkit bench --backend all --phase prefill --batch 1 --kv-len 512 --max-seconds 10
-build/tools/attnkit/attnkit check --backend all --cases 8
+tool=build/tools/attnkit/attnkit
+mkdir -p out
+"$tool" list
+"$tool" replay --backend all --preset qwen3-0.6b --layers 2 --max-requests 16 --max-context 768 --speed 10 \
+  --verify --json out/replay.json --report out/replay.html
+"$tool" check --backend all --cases 8
+echo "report: out/replay.html"
