@@ -3,6 +3,7 @@
 // and bit-identical results whatever the number of threads.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "attnkit/registry.h"
@@ -90,6 +91,14 @@ std::vector<harness::CheckCase> cpu_cases() {
     c.custom_mask = true;
     cases.push_back(c);
   }
+  {
+    // bf16 q and cache take vdpbf16ps where the CPU has it: odd tile lengths, a window, soft-cap.
+    cases.push_back(make("extend bf16, odd tiles", gqa, DType::bf16, {{100, 150}, {37, 61}}));
+    auto c = make("extend bf16, window and soft-cap", gqa, DType::bf16, {{130, 150}});
+    c.spec.window_left = 90;
+    c.spec.logits_soft_cap = 30.0f;
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -99,6 +108,17 @@ TEST(CpuBackend, MatchesReferenceOnSplitAndTiledCases) {
     ASSERT_TRUE(r.skipped.empty()) << c.label << ": " << r.skipped;
     EXPECT_TRUE(r.passed) << c.label << ": rel error " << r.rel_err << " > " << r.tolerance << "; " << r.message;
   }
+}
+
+// The fp32 products must stay right on machines with AVX512-BF16 too, where bf16 normally skips them.
+TEST(CpuBackend, Fp32ProductsMatchReferenceWhenBf16DotIsOff) {
+  ::setenv("ATTNKIT_CPU_BF16_DOT", "0", 1);
+  for (const harness::CheckCase& c : cpu_cases()) {
+    if (c.q_dtype != DType::bf16) continue;
+    const harness::CheckResult r = harness::run_check("cpu", c);
+    EXPECT_TRUE(r.passed) << c.label << ": rel error " << r.rel_err << " > " << r.tolerance << "; " << r.message;
+  }
+  ::unsetenv("ATTNKIT_CPU_BF16_DOT");
 }
 
 TEST(CpuBackend, CapabilitiesAreHonest) {
@@ -172,15 +192,17 @@ TEST(CpuBackend, SameBitsWhateverTheThreadCount) {
       {"extend", {{.prefix_len = 100, .num_new_tokens = 150, .custom_mask = {}}, {.prefix_len = 2000, .num_new_tokens = 3, .custom_mask = {}}}},
   };
   for (const Setup& setup : setups) {
-    CpuRun run(gqa, setup.steps, DType::f32);
-    std::vector<std::vector<uint8_t>> outs;
-    for (int threads : {1, 2, 3, 7}) {
-      cpu::ThreadPool pool(threads);
-      CpuBackend backend(BackendContext{&run.model, run.cache.get()}, &pool);
-      outs.push_back(run.forward(backend));
-    }
-    for (size_t i = 1; i < outs.size(); ++i) {
-      EXPECT_EQ(outs[i], outs[0]) << setup.label << ": thread counts give different bits";
+    for (DType dtype : {DType::f32, DType::bf16}) {  // bf16: the vdpbf16ps path where the CPU has it
+      CpuRun run(gqa, setup.steps, dtype);
+      std::vector<std::vector<uint8_t>> outs;
+      for (int threads : {1, 2, 3, 7}) {
+        cpu::ThreadPool pool(threads);
+        CpuBackend backend(BackendContext{&run.model, run.cache.get()}, &pool);
+        outs.push_back(run.forward(backend));
+      }
+      for (size_t i = 1; i < outs.size(); ++i) {
+        EXPECT_EQ(outs[i], outs[0]) << setup.label << " " << dtype_name(dtype) << ": thread counts give different bits";
+      }
     }
   }
 }

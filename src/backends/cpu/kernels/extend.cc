@@ -7,6 +7,7 @@
 #include "hwy/highway.h"
 
 #include "attnkit/error.h"
+#include "backends/cpu/kernels/bf16_dot.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/params.h"
 #include "backends/cpu/kernels/tile_ops-inl.h"
@@ -37,6 +38,13 @@ struct RowsTiles {
   float* alpha = nullptr;  // [m_pad] this tile's rescale of o
   float* pos = nullptr;    // [m_pad] each row's position, as float (exact below 2^24)
   float* row = nullptr;    // [k_stride] one q row while packing
+  // bf16 q and cache on an AVX512-BF16 CPU: both products on bf16 pairs (bf16_dot.h), in the same
+  // memory as the f32 tiles they replace; S^T, softmax and O stay f32.
+  bool bf16 = false;
+  Bf16Pair* qp = nullptr;  // [dk / 2, m_pad] unscaled (in qt's place)
+  uint16_t* kb = nullptr;  // [kv_tile, k_stride] bf16 K (in kt's place)
+  Bf16Pair* vp = nullptr;  // [kv_tile / 2 + 1, dv_pad] V pairs (in vt's place)
+  Bf16Pair* pp = nullptr;  // [kv_tile / 2 + 1, max_m] P^T pairs
 };
 
 // Rows are padded to whole vectors and to the 4 rows a PV micro-tile takes (lanes are powers of two).
@@ -63,6 +71,12 @@ RowsTiles carve(const AttendParams& p, int rows, float* scratch) {
   t.alpha = take(max_m);
   t.pos = take(max_m);
   t.row = take(t.k_stride);
+  t.pp = reinterpret_cast<Bf16Pair*>(take(int64_t{p.kv_tile / 2 + 1} * max_m));
+  t.bf16 = p.bf16_dot && lanes == kBf16DotLanes && p.q_dtype == DType::bf16 && p.kv_dtype == DType::bf16 && !p.mla &&
+           t.dk % 2 == 0 && p.head_dim_vo % (4 * kBf16DotLanes) == 0;
+  t.qp = reinterpret_cast<Bf16Pair*>(t.qt);
+  t.kb = reinterpret_cast<uint16_t*>(t.kt);
+  t.vp = reinterpret_cast<Bf16Pair*>(t.vt);
   return t;
 }
 
@@ -78,6 +92,16 @@ void pack_q(const AttendParams& p, const UnitWork& u, const RowsTiles& t) {
     } else {
       for (int e = 0; e < t.dk; ++e) t.qt[int64_t{e} * t.m_pad + r] = 0.0f;
     }
+  }
+}
+
+// The bf16 pairs of Q^T: q's own bits, unscaled (the scale multiplies S), padding rows zero.
+void pack_q_pairs(const AttendParams& p, const UnitWork& u, const RowsTiles& t) {
+  const Bf16Pair* q = static_cast<const Bf16Pair*>(p.q);
+  const int pairs = t.dk / 2;
+  for (int r = 0; r < t.m_pad; ++r) {
+    const Bf16Pair* row = r < t.rows ? q + (u.token(p, r) * p.num_qo_heads + u.head(r)) * int64_t{pairs} : nullptr;
+    for (int e = 0; e < pairs; ++e) t.qp[int64_t{e} * t.m_pad + r] = row != nullptr ? row[e] : 0u;
   }
 }
 
@@ -234,7 +258,9 @@ void pv_tile(const RowsTiles& t, const float* v, int v_stride, int nk) {
 template <typename KvT>
 UnitState attend_rows_t(const AttendParams& p, const UnitWork& u, float* scratch) {
   const RowsTiles t = carve(p, u.num_rows(), scratch);
-  switch (p.q_dtype) {
+  if (t.bf16) {
+    pack_q_pairs(p, u, t);
+  } else switch (p.q_dtype) {
     case DType::f32: pack_q<float>(p, u, t); break;
     case DType::bf16: pack_q<hwy::bfloat16_t>(p, u, t); break;
     case DType::f16: pack_q<hwy::float16_t>(p, u, t); break;
@@ -270,18 +296,32 @@ UnitState attend_rows_t(const AttendParams& p, const UnitWork& u, float* scratch
       if (causal_hides || window_hides) continue;
       partial = (p.causal && key1 > pos_lo) || (p.window_left >= 0 && key0 + p.window_left < pos_hi);
     }
-    // K and V tiles as f32: the slot of each key comes from the page table. (Prefetching the next
-    // tile's rows while this one computes was measured to gain nothing: the rows come from L3.)
-    for (int k = 0; k < nk; ++k) {
-      const int64_t slot = p.slot(u.request_idx, key0 + k);
-      convert_row(k_pool + slot * p.k_slot_stride + int64_t{u.kv_head} * t.dk, k_row_len, 1.0f,
-                  t.kt + int64_t{k} * t.k_stride, t.k_stride);
-      if (!mla) {
-        convert_row(v_pool + slot * p.v_slot_stride + u.kv_head * p.v_head_stride, dv, 1.0f,
-                    t.vt + int64_t{k} * t.dv_pad, t.dv_pad);
+    // K and V tiles (f32, or bf16 pairs): the slot of each key comes from the page table. (Prefetching
+    // the next tile's rows while this one computes was measured to gain nothing: the rows come from L3.)
+    if (t.bf16) {
+      const uint16_t* v_rows[256];  // kv_tile is 64 or 32 (plan.cc)
+      const uint16_t* k_pool16 = reinterpret_cast<const uint16_t*>(k_pool);
+      const uint16_t* v_pool16 = reinterpret_cast<const uint16_t*>(v_pool);
+      for (int k = 0; k < nk; ++k) {
+        const int64_t slot = p.slot(u.request_idx, key0 + k);
+        std::memcpy(t.kb + int64_t{k} * t.k_stride, k_pool16 + slot * p.k_slot_stride + int64_t{u.kv_head} * t.dk,
+                    sizeof(uint16_t) * t.dk);
+        v_rows[k] = v_pool16 + slot * p.v_slot_stride + u.kv_head * p.v_head_stride;
       }
+      bf16_pack_v(v_rows, nk, dv, t.vp);
+      bf16_qk_tile(t.qp, t.m_pad, t.dk, t.kb, t.k_stride, nk, p.q_scale, t.st);  // S^T = K Q^T
+    } else {
+      for (int k = 0; k < nk; ++k) {
+        const int64_t slot = p.slot(u.request_idx, key0 + k);
+        convert_row(k_pool + slot * p.k_slot_stride + int64_t{u.kv_head} * t.dk, k_row_len, 1.0f,
+                    t.kt + int64_t{k} * t.k_stride, t.k_stride);
+        if (!mla) {
+          convert_row(v_pool + slot * p.v_slot_stride + u.kv_head * p.v_head_stride, dv, 1.0f,
+                      t.vt + int64_t{k} * t.dv_pad, t.dv_pad);
+        }
+      }
+      qk_tile(t, nk);                                                         // S^T = K Q^T
     }
-    qk_tile(t, nk);                                                           // S^T = K Q^T
     if (p.soft_cap > 0.0f) soft_cap_inplace(t.st, int64_t{nk} * t.m_pad, p.soft_cap);
     if (mask != nullptr) {
       mask_custom(p, u, t, mask, key0, nk, true);
@@ -289,7 +329,12 @@ UnitState attend_rows_t(const AttendParams& p, const UnitWork& u, float* scratch
       mask_positions(p, t, key0, nk);
     }
     softmax_tile(t, nk);                                                        // P = exp(S - m)
-    pv_tile(t, mla ? t.kt : t.vt, mla ? t.k_stride : t.dv_pad, nk);            // O = O alpha + P V
+    if (t.bf16) {
+      bf16_pack_p(t.st, t.m_pad, nk, t.pp);
+      bf16_pv_tile(t.pp, t.m_pad, t.rows, t.vp, dv, nk, t.alpha, t.o, t.dv_pad);
+    } else {
+      pv_tile(t, mla ? t.kt : t.vt, mla ? t.k_stride : t.dv_pad, nk);          // O = O alpha + P V
+    }
   }
   return UnitState{t.o, t.m, t.l, t.dv_pad};
 }
@@ -302,8 +347,8 @@ size_t rows_scratch_floats(const AttendParams& p) {
   const int64_t k_stride = round_up(std::max(p.head_dim_qk, p.head_dim_vo), lanes);
   const int64_t dv_pad = round_up(p.head_dim_vo, lanes);
   const int64_t floats = p.head_dim_qk * max_m + p.kv_tile * k_stride + p.kv_tile * dv_pad + p.kv_tile * max_m +
-                         max_m * dv_pad + 4 * max_m + k_stride;
-  return static_cast<size_t>(floats + 11 * 16);  // each piece rounded up to 16 floats
+                         max_m * dv_pad + 4 * max_m + k_stride + (p.kv_tile / 2 + 1) * max_m;
+  return static_cast<size_t>(floats + 12 * 16);  // each piece rounded up to 16 floats
 }
 
 UnitState attend_rows(const AttendParams& p, const UnitWork& u, float* scratch) {

@@ -38,6 +38,7 @@ struct AttendParams {
   int window_left = -1;            // -1: off; else key t is visible to position p iff t >= p - window_left
   const float* sinks = nullptr;    // [num_qo_heads] or null
   int kv_tile = 64;                // keys a tile of the rows kernel holds (fixed per layer shape)
+  bool bf16_dot = false;           // the CPU has AVX512-BF16: bf16 q and cache take bf16_dot.h's products
 
   // The batch, in its CSR form.
   int page_size = 0;
