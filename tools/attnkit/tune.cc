@@ -1,5 +1,6 @@
 // `attnkit tune`: time every available backend on shape buckets and write the selection table
 // that `auto` reads (attnkit/tuning.h).
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
@@ -37,11 +38,15 @@ std::function<int()> add_tune(CLI::App& app) {
     std::string batches = "1,8";
     std::string kv_lens = "256,2048";
     std::string out = "attnkit-tune.json";
+    std::vector<std::string> backends;  // empty: every available backend
     int repeats = 10;
     double max_seconds = 5.0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--preset", o->preset, "Model preset")->check(CLI::IsMember(preset_names()));
+  cmd->add_option("--backend", o->backends, "Backends to time, comma-separated (default: every available one)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(Registry::global().names()));
   cmd->add_option("--phases", o->phases, "Comma-separated phases: prefill, decode");
   cmd->add_option("--batches", o->batches, "Comma-separated batch sizes");
   cmd->add_option("--kv-lens", o->kv_lens, "Comma-separated KV lengths (prefill: tokens per request)");
@@ -71,7 +76,9 @@ std::function<int()> add_tune(CLI::App& app) {
       std::vector<std::string> names;
       for (const auto& b : Registry::global().all()) {
         const bool available = !b.why_unavailable || b.why_unavailable().empty();
-        if (b.device == device && available) names.push_back(b.name);
+        const bool chosen = o->backends.empty() ||
+                            std::find(o->backends.begin(), o->backends.end(), b.name) != o->backends.end();
+        if (b.device == device && available && chosen) names.push_back(b.name);
       }
       if (names.empty()) continue;
       for (const auto& phase : phases) {
