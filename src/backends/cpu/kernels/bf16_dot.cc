@@ -19,7 +19,7 @@ bool bf16_dot_available() {
 namespace {
 
 constexpr int kL = kBf16DotLanes;
-constexpr int kQkKeys = 4;     // keys a QK micro-tile holds: 4 x 4 accumulators, as the fp32 kernel
+constexpr int kQkKeys = 4;     // keys a QK micro-tile holds: 4 x 4 accumulators (6 x 4 measured no better)
 constexpr int kQkRowVecs = 4;  // row vectors a QK micro-tile holds (64 rows)
 constexpr int kPvRows = 4;     // rows a PV micro-tile holds
 constexpr int kPvColVecs = 4;  // column vectors a PV micro-tile holds (64 columns)
@@ -27,13 +27,13 @@ constexpr int kPvColVecs = 4;  // column vectors a PV micro-tile holds (64 colum
 ATTNKIT_BF16_TARGET inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
 
 template <int kTok, int kVecs>
-ATTNKIT_BF16_TARGET inline void qk_micro(const Bf16Pair* qp, int m_pad, int pairs, const uint16_t* k, int k_stride,
-                                         int t0, int r0, __m512 scale, float* st) {
+ATTNKIT_BF16_TARGET inline void qk_micro(const Bf16Pair* qp, int m_pad, int pairs, const uint16_t* const* k, int t0,
+                                         int r0, __m512 scale, float* st) {
   __m512 acc[kTok][kVecs];
   for (int t = 0; t < kTok; ++t)
     for (int v = 0; v < kVecs; ++v) acc[t][v] = _mm512_setzero_ps();
   const Bf16Pair* kr[kTok];
-  for (int t = 0; t < kTok; ++t) kr[t] = reinterpret_cast<const Bf16Pair*>(k + int64_t{t0 + t} * k_stride);
+  for (int t = 0; t < kTok; ++t) kr[t] = reinterpret_cast<const Bf16Pair*>(k[t0 + t]);
   for (int e = 0; e < pairs; ++e) {
     __m512bh qv[kVecs];
     for (int v = 0; v < kVecs; ++v) qv[v] = as_bh(_mm512_loadu_si512(qp + int64_t{e} * m_pad + r0 + v * kL));
@@ -48,15 +48,15 @@ ATTNKIT_BF16_TARGET inline void qk_micro(const Bf16Pair* qp, int m_pad, int pair
 }
 
 template <int kTok>
-ATTNKIT_BF16_TARGET inline void qk_keys(const Bf16Pair* qp, int m_pad, int pairs, const uint16_t* k, int k_stride,
-                                        int t0, __m512 scale, float* st) {
+ATTNKIT_BF16_TARGET inline void qk_keys(const Bf16Pair* qp, int m_pad, int pairs, const uint16_t* const* k, int t0,
+                                        __m512 scale, float* st) {
   int r = 0;
   for (; r + kQkRowVecs * kL <= m_pad; r += kQkRowVecs * kL)
-    qk_micro<kTok, kQkRowVecs>(qp, m_pad, pairs, k, k_stride, t0, r, scale, st);
+    qk_micro<kTok, kQkRowVecs>(qp, m_pad, pairs, k, t0, r, scale, st);
   switch ((m_pad - r) / kL) {
-    case 3: qk_micro<kTok, 3>(qp, m_pad, pairs, k, k_stride, t0, r, scale, st); break;
-    case 2: qk_micro<kTok, 2>(qp, m_pad, pairs, k, k_stride, t0, r, scale, st); break;
-    case 1: qk_micro<kTok, 1>(qp, m_pad, pairs, k, k_stride, t0, r, scale, st); break;
+    case 3: qk_micro<kTok, 3>(qp, m_pad, pairs, k, t0, r, scale, st); break;
+    case 2: qk_micro<kTok, 2>(qp, m_pad, pairs, k, t0, r, scale, st); break;
+    case 1: qk_micro<kTok, 1>(qp, m_pad, pairs, k, t0, r, scale, st); break;
     default: break;
   }
 }
@@ -85,13 +85,13 @@ ATTNKIT_BF16_TARGET inline void pv_micro(const Bf16Pair* pp, int m_pad, const Bf
 
 }  // namespace
 
-ATTNKIT_BF16_TARGET void bf16_qk_tile(const Bf16Pair* qp, int m_pad, int dk, const uint16_t* k, int k_stride, int nk,
-                                      float scale, float* st) {
+ATTNKIT_BF16_TARGET void bf16_qk_tile(const Bf16Pair* qp, int m_pad, int dk, const uint16_t* const* k, int nk, float scale,
+                                      float* st) {
   const int pairs = dk / 2;
   const __m512 vscale = _mm512_set1_ps(scale);
   int t = 0;
-  for (; t + kQkKeys <= nk; t += kQkKeys) qk_keys<kQkKeys>(qp, m_pad, pairs, k, k_stride, t, vscale, st);
-  for (; t < nk; ++t) qk_keys<1>(qp, m_pad, pairs, k, k_stride, t, vscale, st);
+  for (; t + kQkKeys <= nk; t += kQkKeys) qk_keys<kQkKeys>(qp, m_pad, pairs, k, t, vscale, st);
+  for (; t < nk; ++t) qk_keys<1>(qp, m_pad, pairs, k, t, vscale, st);
 }
 
 ATTNKIT_BF16_TARGET void bf16_pack_p(const float* st, int m_pad, int nk, Bf16Pair* pp) {

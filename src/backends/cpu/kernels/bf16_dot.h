@@ -17,9 +17,9 @@ constexpr int kBf16DotLanes = 16;
 bool bf16_dot_available();
 
 // S^T[t][r] = scale * sum_e K[t][e] Q[r][e] for t < nk, r < m_pad (a multiple of 16).
-// qp: [dk / 2, m_pad] Q^T as pairs along e; k: [nk, k_stride] bf16 bits; st: [nk, m_pad]. dk even.
-void bf16_qk_tile(const Bf16Pair* qp, int m_pad, int dk, const uint16_t* k, int k_stride, int nk, float scale,
-                  float* st);
+// qp: [dk / 2, m_pad] Q^T as pairs along e; k[t]: key t's dk bf16 values (anywhere, 4-byte aligned,
+// e.g. the cache); st: [nk, m_pad]. dk even.
+void bf16_qk_tile(const Bf16Pair* qp, int m_pad, int dk, const uint16_t* const* k, int nk, float scale, float* st);
 
 // pp[t / 2][r] = P^T[t][r], P^T[t + 1][r] rounded to bf16 (nearest even), for t < nk step 2 and
 // r < m_pad; an odd nk's last pair has a zero high half. st: [nk, m_pad] f32.

@@ -42,7 +42,6 @@ struct RowsTiles {
   // memory as the f32 tiles they replace; S^T, softmax and O stay f32.
   bool bf16 = false;
   Bf16Pair* qp = nullptr;  // [dk / 2, m_pad] unscaled (in qt's place)
-  uint16_t* kb = nullptr;  // [kv_tile, k_stride] bf16 K (in kt's place)
   Bf16Pair* vp = nullptr;  // [kv_tile / 2 + 1, dv_pad] V pairs (in vt's place)
   Bf16Pair* pp = nullptr;  // [kv_tile / 2 + 1, max_m] P^T pairs
 };
@@ -75,7 +74,6 @@ RowsTiles carve(const AttendParams& p, int rows, float* scratch) {
   t.bf16 = p.bf16_dot && lanes == kBf16DotLanes && p.q_dtype == DType::bf16 && p.kv_dtype == DType::bf16 && !p.mla &&
            t.dk % 2 == 0 && p.head_dim_vo % (4 * kBf16DotLanes) == 0;
   t.qp = reinterpret_cast<Bf16Pair*>(t.qt);
-  t.kb = reinterpret_cast<uint16_t*>(t.kt);
   t.vp = reinterpret_cast<Bf16Pair*>(t.vt);
   return t;
 }
@@ -296,20 +294,28 @@ UnitState attend_rows_t(const AttendParams& p, const UnitWork& u, float* scratch
       if (causal_hides || window_hides) continue;
       partial = (p.causal && key1 > pos_lo) || (p.window_left >= 0 && key0 + p.window_left < pos_hi);
     }
-    // K and V tiles (f32, or bf16 pairs): the slot of each key comes from the page table. (Prefetching
-    // the next tile's rows while this one computes was measured to gain nothing: the rows come from L3.)
+    // K and V tiles (f32, or bf16 pairs): the slot of each key comes from the page table. (The f32
+    // path gained nothing from prefetching the next tile's rows: they come from L3 and it computes
+    // long enough; the bf16 path, twice as fast, gains about 7%.)
     if (t.bf16) {
-      const uint16_t* v_rows[256];  // kv_tile is 64 or 32 (plan.cc)
+      const uint16_t* k_rows[256];  // read in place; kv_tile is 64 or 32 (plan.cc)
+      const uint16_t* v_rows[256];
       const uint16_t* k_pool16 = reinterpret_cast<const uint16_t*>(k_pool);
       const uint16_t* v_pool16 = reinterpret_cast<const uint16_t*>(v_pool);
       for (int k = 0; k < nk; ++k) {
         const int64_t slot = p.slot(u.request_idx, key0 + k);
-        std::memcpy(t.kb + int64_t{k} * t.k_stride, k_pool16 + slot * p.k_slot_stride + int64_t{u.kv_head} * t.dk,
-                    sizeof(uint16_t) * t.dk);
+        k_rows[k] = k_pool16 + slot * p.k_slot_stride + int64_t{u.kv_head} * t.dk;
         v_rows[k] = v_pool16 + slot * p.v_slot_stride + u.kv_head * p.v_head_stride;
       }
       bf16_pack_v(v_rows, nk, dv, t.vp);
-      bf16_qk_tile(t.qp, t.m_pad, t.dk, t.kb, t.k_stride, nk, p.q_scale, t.st);  // S^T = K Q^T
+      // The next tile's rows into L2 while this one computes.
+      const int next_nk = std::min(p.kv_tile, u.kv_end - (key0 + nk));
+      for (int k = 0; k < next_nk; ++k) {
+        const int64_t slot = p.slot(u.request_idx, key0 + nk + k);
+        prefetch_row(k_pool16 + slot * p.k_slot_stride + int64_t{u.kv_head} * t.dk, t.dk);
+        prefetch_row(v_pool16 + slot * p.v_slot_stride + u.kv_head * p.v_head_stride, dv);
+      }
+      bf16_qk_tile(t.qp, t.m_pad, t.dk, k_rows, nk, p.q_scale, t.st);  // S^T = K Q^T
     } else {
       for (int k = 0; k < nk; ++k) {
         const int64_t slot = p.slot(u.request_idx, key0 + k);
