@@ -58,7 +58,7 @@ CpuBackend::CpuBackend(const BackendContext& context, cpu::ThreadPool* pool)
     p.group_size = spec.group_size();
     p.head_dim_qk = spec.head_dim_qk;
     p.head_dim_vo = spec.head_dim_vo;
-    p.kv_tile = 64;
+    p.kv_tile = cpu::rows_kv_tile(spec.head_dim_qk);
     const size_t merge = size_t(std::max(cpu::kBlockRows, spec.num_qo_heads)) * (spec.head_dim_vo + 1);
     floats = std::max({floats, cpu::rows_scratch_floats(p), cpu::heads_scratch_floats(p), merge});
   }

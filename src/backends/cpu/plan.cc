@@ -48,14 +48,16 @@ int choose_kv_chunk(const std::vector<int>& spans, int kv_tile) {
   return longest > chunk ? chunk : 0;
 }
 
+// Wide MLA latents: half the keys keep a tile's K (32 x 576 f32) in L2 beside Q^T.
+int rows_kv_tile(int head_dim_qk) { return head_dim_qk <= 256 ? 64 : 32; }
+
 Plan make_plan(const ForwardBatch& batch, const PlanShape& shape, int simd_lanes) {
   Plan plan;
   const bool any_mask = !batch.custom_mask.empty();
   const bool dims_fit = shape.head_dim_qk % (2 * simd_lanes) == 0 && shape.head_dim_vo % (2 * simd_lanes) == 0;
   plan.kernel = (!shape.mla && batch.mode == ForwardMode::decode && !any_mask && dims_fit) ? KernelKind::heads
                                                                                            : KernelKind::rows;
-  // Wide MLA latents: half the keys keep a tile's K (32 x 576 f32) in L2 beside Q^T.
-  plan.kv_tile = shape.head_dim_qk <= 256 ? 64 : 32;
+  plan.kv_tile = rows_kv_tile(shape.head_dim_qk);
 
   std::vector<UnitWork> natural;
   for (int i = 0; i < batch.batch_size(); ++i) {

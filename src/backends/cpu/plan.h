@@ -59,6 +59,10 @@ std::pair<int, int> visible_keys(const PlanShape& shape, int kv_len, int pos_lo,
 // The split-KV chunk length for natural units of the given key spans; 0 when splitting does not pay.
 int choose_kv_chunk(const std::vector<int>& spans, int kv_tile);
 
+// Keys a tile of the rows kernel holds for this head dim: the plan's choice, and what the
+// backend sizes each thread's scratch for.
+int rows_kv_tile(int head_dim_qk);
+
 // `simd_lanes`: f32 lanes of the kernels' SIMD target; the heads kernel needs head dims that are multiples of twice that.
 Plan make_plan(const ForwardBatch& batch, const PlanShape& shape, int simd_lanes);
 
