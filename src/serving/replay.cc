@@ -46,14 +46,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   const Registry& registry = Registry::global();
   std::vector<std::string> names = hybrid ? std::vector<std::string>{o.prefill_backend, o.decode_backend}
                                           : std::vector<std::string>{o.backend};
-  KvCacheConfig cfg;
-  cfg.num_layers = model.num_layers();
+  KvCacheConfig cfg = KvCacheConfig::for_spec(spec0, model.num_layers());
   cfg.page_size = o.page_size;
-  cfg.num_kv_heads = spec0.num_kv_heads;
-  cfg.head_dim_k = spec0.head_dim_qk;
-  cfg.head_dim_v = spec0.head_dim_vo;
   cfg.dtype = o.kv_dtype;
-  cfg.mla = spec0.is_mla();
   if (!hybrid && o.backend == "auto") {
     cfg.device = cuda_available() ? Device::cuda : Device::cpu;
     names[0] = select_backend(spec0, cfg).backend;

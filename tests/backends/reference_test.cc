@@ -187,14 +187,7 @@ TEST(Reference, MlaMatchesTheUpProjectedComputation) {
     }
   }
   // Absorbed: q' = [W_UK q_nope, q_rope] against the latent; out = (P c) W_UV.
-  AttentionSpec mla;
-  mla.num_qo_heads = kHeads;
-  mla.num_kv_heads = 1;
-  mla.kv_lora_rank = kRank;
-  mla.qk_rope_head_dim = kRope;
-  mla.head_dim_qk = kRank + kRope;
-  mla.head_dim_vo = kRank;
-  mla.sm_scale = static_cast<float>(scale);
+  const AttentionSpec mla = AttentionSpec::mla(kHeads, kRank, kRope, static_cast<float>(scale));
   std::vector<float> q_abs(kTokens * kHeads * (kRank + kRope));
   for (int i = 0; i < kTokens; ++i) {
     for (int h = 0; h < kHeads; ++h) {
