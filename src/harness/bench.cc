@@ -141,6 +141,8 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   BenchResult r;
   r.backend = backend;
   r.workload = w.label;
+  r.batch_size = static_cast<int>(w.requests.size());
+  for (const auto& [p, n] : w.requests) r.kv_tokens += static_cast<double>(p + n);
   const BackendInfo& info = Registry::global().get(backend);
   if (info.why_unavailable) r.skipped = info.why_unavailable();
   if (!r.skipped.empty()) return r;

@@ -46,6 +46,8 @@ struct BenchResult {
   std::string backend;
   std::string workload;
   std::string skipped;             // non-empty: not run, and why
+  int batch_size = 0;              // requests in the workload
+  double kv_tokens = 0.0;          // KV tokens of all requests after the step (prefix + new)
   int repeats = 0;                 // timed calls behind the median
   double median_ms = 0.0;
   double min_ms = 0.0;

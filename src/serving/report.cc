@@ -266,12 +266,15 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
         const std::string backend = r.value("backend", "?");
         std::string phase;
         double batch = 0, kv_len = 0;
-        if (parse_bench_label(r.value("workload", ""), phase, batch, kv_len)) {
+        // Newer results carry the KV token count; older ones only the "B x L" label.
+        const bool has_fields = r.contains("kv_tokens") && r.value("kv_tokens", 0.0) > 0;
+        if (has_fields || parse_bench_label(r.value("workload", ""), phase, batch, kv_len)) {
+          if (has_fields) phase = j.value("phase", "?");
           Series& s = by_backend[backend];
           if (s.points.empty()) s.color = run_color++;
           s.point_type = 9;
           s.title = backend + " (bench " + phase + ")" + (nf > 1 ? " [" + std::to_string(f + 1) + "]" : "");
-          s.points.emplace_back(batch * kv_len, r.value("median_ms", 0.0));
+          s.points.emplace_back(has_fields ? r.value("kv_tokens", 0.0) : batch * kv_len, r.value("median_ms", 0.0));
         }
         if (r.contains("fraction_of_ceiling")) {
           const std::string wl = r.value("workload", "");

@@ -39,6 +39,7 @@ harness::Phase parse_phase(const std::string& p) {
 
 nlohmann::json to_json(const harness::BenchResult& r) {
   return {{"backend", r.backend},       {"workload", r.workload},         {"skipped", r.skipped},
+          {"batch_size", r.batch_size}, {"kv_tokens", r.kv_tokens},
           {"repeats", r.repeats},       {"median_ms", r.median_ms},       {"min_ms", r.min_ms},
           {"max_ms", r.max_ms},         {"flops", r.flops},               {"bytes", r.bytes},
           {"tokens_per_s", r.tokens_per_s}, {"flop_per_s", r.flop_per_s}, {"bytes_per_s", r.bytes_per_s},
