@@ -69,6 +69,10 @@ std::vector<std::pair<double, double>> cdf(std::vector<double> v) {
   return out;
 }
 
+// One result of `attnkit bench --json`, or of bench/run_attnkit.py, which wraps the tool's result
+// under "tool" beside the peers' fields.
+const json& bench_result(const json& entry) { return entry.contains("tool") ? entry["tool"] : entry; }
+
 // "llama3-8b decode 4 x 2048" -> batch 4, kv_len 2048 (the label bench writes).
 bool parse_bench_label(const std::string& label, std::string& phase, double& batch, double& kv_len) {
   static const std::regex re(R"((prefill|decode|mixed) (\d+) x (\d+))");
@@ -158,7 +162,8 @@ void bench_tables(Page& page, const std::vector<ReportInput>& inputs) {
     page.body << "<h3>[" << f + 1 << "] " << esc(inputs[f].file) << " (bench, " << esc(j.value("phase", "?"))
               << ")</h3>\n";
     std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "tokens/s", "of ceiling"}};
-    for (const json& r : j["results"]) {
+    for (const json& entry : j["results"]) {
+      const json& r = bench_result(entry);
       if (!r.value("skipped", "").empty()) {
         rows.push_back({r.value("backend", "?"), r.value("workload", ""), "skipped: " + r.value("skipped", "")});
         continue;
@@ -261,7 +266,8 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
     } else {
       std::map<std::string, Series> by_backend;
       std::map<std::string, Series> frac_by_backend;
-      for (const json& r : j["results"]) {
+      for (const json& entry : j["results"]) {
+        const json& r = bench_result(entry);
         if (!r.value("skipped", "").empty()) continue;
         const std::string backend = r.value("backend", "?");
         std::string phase;
