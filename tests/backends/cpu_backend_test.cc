@@ -140,12 +140,9 @@ struct CpuRun {
   CpuRun(const AttentionSpec& spec, const std::vector<RequestStep>& steps, DType dtype) {
     model.name = "test";
     model.layers = {spec};
-    KvCacheConfig c;
+    KvCacheConfig c = KvCacheConfig::for_spec(spec);
     c.num_pages = 600;
     c.page_size = 16;
-    c.num_kv_heads = spec.num_kv_heads;
-    c.head_dim_k = spec.head_dim_qk;
-    c.head_dim_v = spec.head_dim_vo;
     c.dtype = dtype;
     cache = std::make_unique<KvCache>(c);
     cache->allocator().shuffle(3);

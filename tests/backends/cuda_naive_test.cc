@@ -91,13 +91,9 @@ TEST(CudaNaive, WorkspaceHoldsEveryRequestsScores) {
   SKIP_WITHOUT_CUDA();
   ModelSpec model = make_preset("llama3-8b", 1);
   const AttentionSpec& spec = model.layers[0];
-  KvCacheConfig cfg;
-  cfg.num_layers = 1;
+  KvCacheConfig cfg = KvCacheConfig::for_spec(spec);
   cfg.page_size = 16;
   cfg.num_pages = 64;
-  cfg.num_kv_heads = spec.num_kv_heads;
-  cfg.head_dim_k = spec.head_dim_qk;
-  cfg.head_dim_v = spec.head_dim_vo;
   cfg.device = Device::cuda;
   KvCache cache(cfg);
   const ForwardBatch batch = build_batch(cache, {step(0, 100), step(300, 1)});

@@ -12,11 +12,9 @@ namespace {
 std::vector<float> run_with_pages(int page_size, uint64_t shuffle_seed) {
   const ModelSpec model = make_preset("qwen3-0.6b", 1);
   const AttentionSpec& s = model.layer(0);
-  KvCacheConfig c;
+  KvCacheConfig c = KvCacheConfig::for_spec(s);
   c.num_pages = 64 * 4 / page_size + 8;
   c.page_size = page_size;
-  c.num_kv_heads = s.num_kv_heads;
-  c.head_dim_k = c.head_dim_v = s.head_dim_qk;
   c.dtype = DType::bf16;
   KvCache cache(c);
   if (shuffle_seed) cache.allocator().shuffle(shuffle_seed);

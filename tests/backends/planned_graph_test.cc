@@ -22,12 +22,9 @@ struct Fixture {
   explicit Fixture(const AttentionSpec& spec) {
     model.name = "graph";
     model.layers = {spec, spec};
-    KvCacheConfig cfg;
-    cfg.num_layers = 2;
+    KvCacheConfig cfg = KvCacheConfig::for_spec(spec, /*num_layers=*/2);
     cfg.num_pages = 2048;
     cfg.page_size = 16;
-    cfg.num_kv_heads = spec.num_kv_heads;
-    cfg.head_dim_k = cfg.head_dim_v = spec.head_dim_qk;
     cfg.device = Device::cuda;
     cache = std::make_unique<KvCache>(cfg);
     cache->allocator().shuffle(3);

@@ -16,14 +16,10 @@ std::vector<float> run(const AttentionSpec& spec, int n, const std::vector<float
   ModelSpec model;
   model.name = "hand";
   model.layers = {spec};
-  KvCacheConfig c;
+  KvCacheConfig c = KvCacheConfig::for_spec(spec);
   c.num_pages = 8;
   c.page_size = 2;
-  c.num_kv_heads = spec.num_kv_heads;
-  c.head_dim_k = spec.head_dim_qk;
-  c.head_dim_v = spec.head_dim_vo;
   c.dtype = DType::f32;
-  c.mla = spec.is_mla();
   KvCache cache(c);
   ForwardBatch b = build_batch(cache, {{.id = -1, .prefix_len = prefix, .num_new_tokens = n - prefix, .custom_mask = {}}});
   auto backend = create_backend("reference", {&model, &cache});

@@ -18,12 +18,9 @@ struct Split {
 
 Split attend_range(const AttentionSpec& spec, const std::vector<float>& k, const std::vector<float>& v,
                    const std::vector<float>& q, int lo, int hi) {
-  KvCacheConfig c;
+  KvCacheConfig c = KvCacheConfig::for_spec(spec);
   c.num_pages = std::max(1, hi - lo);
   c.page_size = 1;
-  c.num_kv_heads = spec.num_kv_heads;
-  c.head_dim_k = spec.head_dim_qk;
-  c.head_dim_v = spec.head_dim_vo;
   c.dtype = DType::f32;
   ForwardBatch b;
   b.page_size = 1;
