@@ -1,6 +1,7 @@
 // The heads kernel (decode): one token's query heads against a range of its keys. Each key slot is
-// read once for every head of its group, converted to f32 in registers (never copied), and the
-// scores of a tile of keys go through an online softmax per head; split-KV ranges are merged elsewhere.
+// read once for every head of its group, converted to f32 in registers (never copied; bf16 q and
+// cache on AVX512-BF16 CPUs multiply bf16 pairs instead, decode_bf16.cc), and the scores of a tile
+// of keys go through an online softmax per head; split-KV ranges are merged elsewhere.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/kernels/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -9,6 +10,8 @@
 #include <cmath>
 
 #include "attnkit/error.h"
+#include "backends/cpu/kernels/bf16_dot.h"
+#include "backends/cpu/kernels/decode_bf16.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/params.h"
 #include "backends/cpu/kernels/tile_ops-inl.h"
@@ -196,6 +199,17 @@ HWY_INLINE float softmax_head(float* HWY_RESTRICT s, int n_pad, float* m, float*
   return alpha;
 }
 
+// Whether the products go through decode_bf16.h: the rows kernel's conditions for its bf16 path.
+bool uses_bf16_dot(const AttendParams& p) {
+  return p.bf16_dot && static_cast<int>(hn::Lanes(DF())) == kBf16DotLanes && p.q_dtype == DType::bf16 &&
+         p.kv_dtype == DType::bf16 && p.head_dim_qk % 32 == 0 && p.head_dim_vo % 32 == 0;
+}
+
+template <typename KvT>
+const uint16_t* const* as_u16(const KvT* const* rows) {
+  return reinterpret_cast<const uint16_t* const*>(rows);
+}
+
 template <typename KvT>
 UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratch) {
   const DF d;
@@ -208,9 +222,17 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
                 "cpu: the heads kernel needs head dims that are multiples of ", 2 * lanes, ", got ", dk, "/", dv);
   const HeadsTiles t = carve(p, scratch);
   const int64_t token = p.qo_indptr[u.request_idx];
+  // bf16 q and cache on an AVX512-BF16 CPU: both products on bf16 pairs (decode_bf16.h), q and the
+  // rows read in place, the scale applied to S; softmax and o stay f32.
+  const bool bf16 = uses_bf16_dot(p);
+  const uint16_t* q16 = bf16 ? static_cast<const uint16_t*>(p.q) + token * p.num_qo_heads * int64_t{dk} : nullptr;
+  alignas(64) uint32_t p_pairs[kHeadBlock * kKeyTile / 2];
   for (int h = 0; h < p.num_qo_heads; ++h) {
     const int64_t base = (token * p.num_qo_heads + h) * int64_t{dk};
     float* qh = t.q + int64_t{h} * dk;
+    t.m[h] = kNegInf;
+    t.l[h] = 0.0f;
+    if (bf16) continue;
     switch (p.q_dtype) {
       case DType::f32: convert_row(static_cast<const float*>(p.q) + base, dk, p.q_scale, qh, dk); break;
       case DType::bf16: convert_row(static_cast<const hwy::bfloat16_t*>(p.q) + base, dk, p.q_scale, qh, dk); break;
@@ -218,8 +240,6 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
       default: throw Error("cpu: q dtype must be f32, f16 or bf16, got " + std::string(dtype_name(p.q_dtype)));
     }
     permute_pairs<KvT>(qh, dk, t.s, true);
-    t.m[h] = kNegInf;
-    t.l[h] = 0.0f;
   }
   for (int64_t i = 0; i < int64_t{p.num_qo_heads} * dv; ++i) t.o[i] = 0.0f;
 
@@ -263,7 +283,12 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
       }
       const int head0 = kv_head * group;
       // S = q K^T, the group's heads sharing each converted key.
-      for (int h = 0; h < group; h += kHeadBlock) {
+      for (int h = 0; h < group && bf16; h += kHeadBlock) {
+        const Bf16Prefetch bpf{as_u16(pf_keys), as_u16(pf_vals), h > 0 ? 0 : pf.n, dk, dv};
+        bf16_heads_qk(q16 + int64_t{head0 + h} * dk, std::min(kHeadBlock, group - h), dk, as_u16(keys), nt,
+                      p.q_scale, t.s + h * stride, stride, bpf);
+      }
+      for (int h = 0; h < group && !bf16; h += kHeadBlock) {
         const float* q = t.q + int64_t{head0 + h} * dk;
         float* s = t.s + h * stride;
         if (h > 0) pf.n = 0;  // the first head block asked for them
@@ -284,6 +309,10 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
       for (int h = 0; h < group; h += kHeadBlock) {
         float* o = t.o + int64_t{head0 + h} * dv;
         const float* pr = t.s + h * stride;
+        if (bf16) {
+          bf16_heads_pv(pr, stride, std::min(kHeadBlock, group - h), as_u16(vals), nt, dv, alpha + h, o, p_pairs);
+          continue;
+        }
         switch (std::min(kHeadBlock, group - h)) {
           case 4: pv_heads<4>(o, dv, alpha + h, pr, vals, nt); break;
           case 3: pv_heads<3>(o, dv, alpha + h, pr, vals, nt); break;
@@ -294,7 +323,13 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
     }
     std::copy(next_slots, next_slots + next_nt, slots);
   }
-  for (int h = 0; h < p.num_qo_heads; ++h) permute_pairs<KvT>(t.o + int64_t{h} * dv, dv, t.s, false);
+  for (int h = 0; h < p.num_qo_heads; ++h) {
+    if (bf16) {
+      bf16_pairs_to_natural(t.o + int64_t{h} * dv, dv, t.s);
+    } else {
+      permute_pairs<KvT>(t.o + int64_t{h} * dv, dv, t.s, false);
+    }
+  }
   return UnitState{t.o, t.m, t.l, dv};
 }
 

@@ -1,0 +1,179 @@
+// AVX512-BF16 products for the heads kernel (see decode_bf16.h); the tiles and softmax are decode.cc's.
+// S = q K^T: each lane of a vdpbf16ps sums two neighbouring elements of q_h and K_k, so q and the
+// cache's rows are read as they are stored and a score is one horizontal sum. O += P V: two keys'
+// V rows are interleaved in registers (unpack, within 128-bit blocks) and P comes as a bf16 pair a key
+// pair, so o accumulates in the unpack's column order, put back once per unit.
+#include "backends/cpu/kernels/decode_bf16.h"
+
+// GCC 12's unmasked AVX-512 intrinsics pass an undefined vector as their unused merge source and
+// then warn that it is (maybe) uninitialised, from their own headers: silenced for this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace attnkit::cpu {
+
+#define ATTNKIT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace {
+
+constexpr int kPairLanes = 16;   // fp32 lanes of a vector, each holding one bf16 pair's products
+constexpr int kVecElems = 32;    // bf16 elements of a vector
+constexpr int kQkKeys = 4;       // keys a QK block holds: 4 keys x up to 4 heads accumulators
+
+ATTNKIT_BF16_TARGET inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
+
+// The lane sums of x0..x3 in one 128-bit vector: interleaves pair the four inside each 128-bit
+// block (3 adds, 6 shuffles for all four), then the blocks fold.
+ATTNKIT_BF16_TARGET inline __m128 sum4(__m512 x0, __m512 x1, __m512 x2, __m512 x3) {
+  // Per block: [x0_0 + x0_2, x1_0 + x1_2, x0_1 + x0_3, x1_1 + x1_3], and the same for x2, x3.
+  const __m512 r01 = _mm512_add_ps(_mm512_unpacklo_ps(x0, x1), _mm512_unpackhi_ps(x0, x1));
+  const __m512 r23 = _mm512_add_ps(_mm512_unpacklo_ps(x2, x3), _mm512_unpackhi_ps(x2, x3));
+  // Per block: [x0, x1, x2, x3] partial sums.
+  const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(r01), _mm512_castps_pd(r23));
+  const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(r01), _mm512_castps_pd(r23));
+  const __m512 v = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// Always inlined: GCC finds a function whose only effects are prefetches pure and drops its calls.
+ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void prefetch_rows(const Bf16Prefetch& pf, int begin,
+                                                                             int end) {
+  for (int k = begin; k < end && k < pf.n; ++k) {
+    const char* kr = reinterpret_cast<const char*>(pf.keys[k]);
+    const char* vr = reinterpret_cast<const char*>(pf.vals[k]);
+    for (int off = 0; off < 2 * pf.k_len; off += 64) __builtin_prefetch(kr + off, 0, 1);
+    for (int off = 0; off < 2 * pf.v_len; off += 64) __builtin_prefetch(vr + off, 0, 1);
+  }
+}
+
+// s[h][k0 + t] = scale * q_h . K_{k0 + t} for t < kTok, h < kHeads.
+template <int kTok, int kHeads>
+ATTNKIT_BF16_TARGET inline void qk_block(const uint16_t* q, int dk, const uint16_t* const* keys, int k0, float scale,
+                                         float* s, int s_stride) {
+  __m512 acc[kTok][kHeads];
+  for (int t = 0; t < kTok; ++t)
+    for (int h = 0; h < kHeads; ++h) acc[t][h] = _mm512_setzero_ps();
+  for (int e = 0; e < dk; e += kVecElems) {
+    __m512bh kv[kTok];
+    for (int t = 0; t < kTok; ++t) kv[t] = as_bh(_mm512_loadu_si512(keys[k0 + t] + e));
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512bh qv = as_bh(_mm512_loadu_si512(q + int64_t{h} * dk + e));
+      for (int t = 0; t < kTok; ++t) acc[t][h] = _mm512_dpbf16_ps(acc[t][h], qv, kv[t]);
+    }
+  }
+  if constexpr (kTok == 4) {
+    const __m128 vscale = _mm_set1_ps(scale);
+    for (int h = 0; h < kHeads; ++h)
+      _mm_storeu_ps(s + h * s_stride + k0, _mm_mul_ps(sum4(acc[0][h], acc[1][h], acc[2][h], acc[3][h]), vscale));
+  } else {
+    for (int t = 0; t < kTok; ++t)
+      for (int h = 0; h < kHeads; ++h) s[h * s_stride + k0 + t] = _mm512_reduce_add_ps(acc[t][h]) * scale;
+  }
+}
+
+template <int kHeads>
+ATTNKIT_BF16_TARGET inline void qk_heads(const uint16_t* q, int dk, const uint16_t* const* keys, int nt, float scale,
+                                         float* s, int s_stride, const Bf16Prefetch& pf) {
+  int k = 0;
+  for (; k + kQkKeys <= nt; k += kQkKeys) {
+    prefetch_rows(pf, k, k + kQkKeys);
+    qk_block<kQkKeys, kHeads>(q, dk, keys, k, scale, s, s_stride);
+  }
+  prefetch_rows(pf, k, pf.n);
+  for (; k < nt; ++k) qk_block<1, kHeads>(q, dk, keys, k, scale, s, s_stride);
+}
+
+// One key pair (b: the second key's row, or null for a zero row: its weight is 0 but garbage values
+// could be NaN) into kHeads x kVecs accumulators of the columns [c0, c0 + 16 kVecs).
+template <int kHeads, int kVecs>
+ATTNKIT_BF16_TARGET inline void pv_pair(const uint16_t* a, const uint16_t* b, const uint32_t* pairs, int pair_stride,
+                                        int c0, __m512 (&acc)[kHeads][kVecs]) {
+  __m512bh vv[kVecs];
+  for (int c = 0; c < kVecs / 2; ++c) {
+    const __m512i va = _mm512_loadu_si512(a + c0 + c * kVecElems);
+    const __m512i vb = b != nullptr ? _mm512_loadu_si512(b + c0 + c * kVecElems) : _mm512_setzero_si512();
+    vv[2 * c] = as_bh(_mm512_unpacklo_epi16(va, vb));
+    vv[2 * c + 1] = as_bh(_mm512_unpackhi_epi16(va, vb));
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    const __m512bh pb = as_bh(_mm512_set1_epi32(static_cast<int>(pairs[h * pair_stride])));
+    for (int c = 0; c < kVecs; ++c) acc[h][c] = _mm512_dpbf16_ps(acc[h][c], pb, vv[c]);
+  }
+}
+
+template <int kHeads, int kVecs>
+ATTNKIT_BF16_TARGET inline void pv_block(const uint32_t* pairs, int pair_stride, const uint16_t* const* vals, int nt,
+                                         int dv, int c0, const float* alpha, float* o) {
+  __m512 acc[kHeads][kVecs];
+  for (int h = 0; h < kHeads; ++h) {
+    const __m512 a = _mm512_set1_ps(alpha[h]);
+    for (int c = 0; c < kVecs; ++c)
+      acc[h][c] = _mm512_mul_ps(_mm512_loadu_ps(o + int64_t{h} * dv + c0 + c * kPairLanes), a);
+  }
+  int k = 0;
+  for (; k + 1 < nt; k += 2) pv_pair<kHeads, kVecs>(vals[k], vals[k + 1], pairs + k / 2, pair_stride, c0, acc);
+  if (k < nt) pv_pair<kHeads, kVecs>(vals[k], nullptr, pairs + k / 2, pair_stride, c0, acc);
+  for (int h = 0; h < kHeads; ++h)
+    for (int c = 0; c < kVecs; ++c) _mm512_storeu_ps(o + int64_t{h} * dv + c0 + c * kPairLanes, acc[h][c]);
+}
+
+// Columns in blocks of 64 (4 heads x 4 vectors of accumulators, 4 of V pairs), then 32.
+template <int kHeads>
+ATTNKIT_BF16_TARGET inline void pv_heads(const uint32_t* pairs, int pair_stride, const uint16_t* const* vals, int nt,
+                                         int dv, const float* alpha, float* o) {
+  int c = 0;
+  for (; c + 4 * kPairLanes <= dv; c += 4 * kPairLanes) pv_block<kHeads, 4>(pairs, pair_stride, vals, nt, dv, c, alpha, o);
+  for (; c < dv; c += kVecElems) pv_block<kHeads, 2>(pairs, pair_stride, vals, nt, dv, c, alpha, o);
+}
+
+}  // namespace
+
+ATTNKIT_BF16_TARGET void bf16_heads_qk(const uint16_t* q, int heads, int dk, const uint16_t* const* keys, int nt,
+                                       float scale, float* s, int s_stride, const Bf16Prefetch& pf) {
+  switch (heads) {
+    case 4: qk_heads<4>(q, dk, keys, nt, scale, s, s_stride, pf); break;
+    case 3: qk_heads<3>(q, dk, keys, nt, scale, s, s_stride, pf); break;
+    case 2: qk_heads<2>(q, dk, keys, nt, scale, s, s_stride, pf); break;
+    default: qk_heads<1>(q, dk, keys, nt, scale, s, s_stride, pf); break;
+  }
+}
+
+ATTNKIT_BF16_TARGET void bf16_heads_pv(const float* p, int p_stride, int heads, const uint16_t* const* vals, int nt,
+                                       int dv, const float* alpha, float* o, uint32_t* pairs) {
+  // pairs[h][i] = P[h][2i], P[h][2i + 1] in bf16: cvtne2ps puts its second operand in the low
+  // half, so 32 consecutive weights come out as 16 consecutive key pairs.
+  const int pair_stride = (nt + kVecElems - 1) / kVecElems * kVecElems / 2;
+  for (int h = 0; h < heads; ++h) {
+    for (int k = 0; k < nt; k += kVecElems) {
+      const float* ph = p + int64_t{h} * p_stride + k;
+      const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(ph + kPairLanes), _mm512_loadu_ps(ph));
+      _mm512_storeu_si512(pairs + h * pair_stride + k / 2, reinterpret_cast<__m512i>(packed));
+    }
+  }
+  switch (heads) {
+    case 4: pv_heads<4>(pairs, pair_stride, vals, nt, dv, alpha, o); break;
+    case 3: pv_heads<3>(pairs, pair_stride, vals, nt, dv, alpha, o); break;
+    case 2: pv_heads<2>(pairs, pair_stride, vals, nt, dv, alpha, o); break;
+    default: pv_heads<1>(pairs, pair_stride, vals, nt, dv, alpha, o); break;
+  }
+}
+
+// unpacklo_epi16 puts columns 8j..8j+3 of a 32-column group in lanes 4j..4j+3, unpackhi columns
+// 8j+4..8j+7; bf16_heads_pv stores the lo vector first.
+void bf16_pairs_to_natural(float* o, int dv, float* tmp) {
+  for (int g = 0; g < dv; g += kVecElems) {
+    for (int i = 0; i < kVecElems; ++i) tmp[i] = o[g + i];
+    for (int pos = 0; pos < kVecElems; ++pos) {
+      const int lane = pos % kPairLanes;
+      const int col = 8 * (lane / 4) + (pos >= kPairLanes ? 4 : 0) + lane % 4;
+      o[g + col] = tmp[pos];
+    }
+  }
+}
+
+#undef ATTNKIT_BF16_TARGET
+
+}  // namespace attnkit::cpu
