@@ -27,47 +27,70 @@ __device__ __forceinline__ __nv_fp8_storage_t from_float<__nv_fp8_storage_t>(flo
   return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
 }
 
-// One block a token: row_elems elements of src row t go to pool row out_cache_loc[t].
+// One pool's side of a store: src row t goes to pool row out_cache_loc[t], scaled by inv_scale.
 template <typename Src, typename Dst>
-__global__ void store_rows_kernel(Dst* __restrict__ g_pool, const Src* __restrict__ g_src,
-                                  const int64_t* __restrict__ g_loc, int64_t row_elems, float inv_scale) {
+struct StoreSide {
+  Dst* pool;
+  const Src* src;
+  float inv_scale;
+};
+
+// One block a (token, side): blockIdx.y 0 stores K, 1 stores V. K and V go in one launch: a decode
+// step stores one row a request, so the launch, not the bytes, is the cost.
+template <typename Src, typename Dst>
+__global__ void store_rows_kernel(StoreSide<Src, Dst> k, StoreSide<Src, Dst> v, const int64_t* __restrict__ g_loc,
+                                  int64_t row_elems) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A kernel launched after this one with programmatic serialisation (the planned decode kernel)
+  // may start its prologue now; it waits (griddepcontrol.wait) before it reads the cache.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+  const StoreSide<Src, Dst> side = blockIdx.y == 0 ? k : v;
   const int64_t t = blockIdx.x;
   const int64_t slot = g_loc[t];
-  const Src* src = g_src + t * row_elems;
-  Dst* dst = g_pool + slot * row_elems;
+  const Src* src = side.src + t * row_elems;
+  Dst* dst = side.pool + slot * row_elems;
   for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) {
-    dst[e] = from_float<Dst>(to_float(src[e]) * inv_scale);
+    dst[e] = from_float<Dst>(to_float(src[e]) * side.inv_scale);
   }
+}
+
+// The launch for one (source, pool) type pair; `v_src` null stores K only (an MLA latent cache).
+template <typename Src, typename Dst>
+void launch_store(void* k_pool, void* v_pool, const void* k_src, const void* v_src, float k_inv, float v_inv,
+                  const int64_t* loc, int64_t n, int64_t row) {
+  const StoreSide<Src, Dst> k{static_cast<Dst*>(k_pool), static_cast<const Src*>(k_src), k_inv};
+  const StoreSide<Src, Dst> v{static_cast<Dst*>(v_pool), static_cast<const Src*>(v_src), v_inv};
+  const dim3 grid(static_cast<unsigned>(n), v_src == nullptr ? 1u : 2u);
+  store_rows_kernel<<<grid, 128>>>(k, v, loc, row);
 }
 
 template <typename Src>
-void launch_for_src(DType pool_dtype, void* pool, const TensorView& src, const int64_t* loc, int64_t n,
-                    int64_t row, float inv_scale) {
-  const dim3 grid(static_cast<unsigned>(n));
-  constexpr int kThreads = 128;
-  const Src* s = static_cast<const Src*>(src.data);
+void launch_for_src(DType pool_dtype, void* k_pool, void* v_pool, const void* k_src, const void* v_src, float k_inv,
+                    float v_inv, const int64_t* loc, int64_t n, int64_t row) {
   switch (pool_dtype) {
-    case DType::f32: store_rows_kernel<<<grid, kThreads>>>(static_cast<float*>(pool), s, loc, row, inv_scale); break;
-    case DType::f16: store_rows_kernel<<<grid, kThreads>>>(static_cast<__half*>(pool), s, loc, row, inv_scale); break;
-    case DType::bf16:
-      store_rows_kernel<<<grid, kThreads>>>(static_cast<__nv_bfloat16*>(pool), s, loc, row, inv_scale);
-      break;
+    case DType::f32: launch_store<Src, float>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
+    case DType::f16: launch_store<Src, __half>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
+    case DType::bf16: launch_store<Src, __nv_bfloat16>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
     case DType::e4m3:
-      store_rows_kernel<<<grid, kThreads>>>(static_cast<__nv_fp8_storage_t*>(pool), s, loc, row, inv_scale);
+      launch_store<Src, __nv_fp8_storage_t>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row);
       break;
     default: throw Error(detail::concat("store_kv: cache dtype ", dtype_name(pool_dtype), " is not supported"));
   }
-  ATTNKIT_CUDA_CHECK_LAUNCH("store_rows_kernel [", n, " tokens x ", row, " elements] -> ", dtype_name(pool_dtype));
+  ATTNKIT_CUDA_CHECK_LAUNCH("store_rows_kernel [", n, " tokens x ", row, " elements", v_src ? ", K and V" : "",
+                            "] -> ", dtype_name(pool_dtype));
 }
 
-void store_rows(DType pool_dtype, void* pool, float scale, const TensorView& src, const int64_t* loc, int64_t n) {
-  const int64_t row = src.numel() / n;
-  const float inv_scale = 1.0f / scale;
-  switch (src.dtype) {
-    case DType::f32: launch_for_src<float>(pool_dtype, pool, src, loc, n, row, inv_scale); break;
-    case DType::f16: launch_for_src<__half>(pool_dtype, pool, src, loc, n, row, inv_scale); break;
-    case DType::bf16: launch_for_src<__nv_bfloat16>(pool_dtype, pool, src, loc, n, row, inv_scale); break;
-    default: throw Error(detail::concat("store_kv: source dtype ", dtype_name(src.dtype), " is not supported"));
+// Stores K (and V, when v_src is not null) rows of `n` tokens, `row` elements each, of type `src_dtype`.
+void store_rows(DType pool_dtype, DType src_dtype, void* k_pool, void* v_pool, const void* k_src, const void* v_src,
+                float k_inv, float v_inv, const int64_t* loc, int64_t n, int64_t row) {
+  switch (src_dtype) {
+    case DType::f32: launch_for_src<float>(pool_dtype, k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
+    case DType::f16: launch_for_src<__half>(pool_dtype, k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
+    case DType::bf16:
+      launch_for_src<__nv_bfloat16>(pool_dtype, k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row);
+      break;
+    default: throw Error(detail::concat("store_kv: source dtype ", dtype_name(src_dtype), " is not supported"));
   }
 }
 
@@ -75,9 +98,20 @@ void store_rows(DType pool_dtype, void* pool, float scale, const TensorView& src
 
 void store_kv_cuda(const KvCacheConfig& config, void* k_pool, void* v_pool, const TensorView& k,
                    const TensorView& v, const int64_t* out_cache_loc, int64_t num_tokens) {
+  if (num_tokens == 0) return;
   const bool fp8 = config.dtype == DType::e4m3;
-  store_rows(config.dtype, k_pool, fp8 ? config.k_scale : 1.0f, k, out_cache_loc, num_tokens);
-  if (!config.mla) store_rows(config.dtype, v_pool, fp8 ? config.v_scale : 1.0f, v, out_cache_loc, num_tokens);
+  const float k_inv = 1.0f / (fp8 ? config.k_scale : 1.0f), v_inv = 1.0f / (fp8 ? config.v_scale : 1.0f);
+  const int64_t k_row = k.numel() / num_tokens;
+  // K and V in one launch where they agree in type and row length (always, for a dense model's step).
+  if (!config.mla && v.dtype == k.dtype && v.numel() == k.numel()) {
+    store_rows(config.dtype, k.dtype, k_pool, v_pool, k.data, v.data, k_inv, v_inv, out_cache_loc, num_tokens, k_row);
+    return;
+  }
+  store_rows(config.dtype, k.dtype, k_pool, nullptr, k.data, nullptr, k_inv, 1.0f, out_cache_loc, num_tokens, k_row);
+  if (!config.mla) {
+    store_rows(config.dtype, v.dtype, v_pool, nullptr, v.data, nullptr, v_inv, 1.0f, out_cache_loc, num_tokens,
+               v.numel() / num_tokens);
+  }
 }
 
 }  // namespace attnkit

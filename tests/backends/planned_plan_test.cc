@@ -135,7 +135,10 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
   std::vector<int> slot_owner(static_cast<size_t>(st.num_partials), -1);
   for (int i = 0; i < st.num_items; ++i) {
     const int slot = p.view.items[i].partial_idx;
-    if (slot < 0) continue;
+    if (slot < 0) {
+      EXPECT_EQ(p.view.items[i].merge_idx, -1);
+      continue;
+    }
     ASSERT_LT(slot, st.num_partials);
     ASSERT_EQ(slot_owner[static_cast<size_t>(slot)], -1) << "partial slot " << slot << " written twice";
     slot_owner[static_cast<size_t>(slot)] = i;
@@ -152,6 +155,7 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
       EXPECT_EQ(it.token_idx, mi.token_idx);
       EXPECT_EQ(it.kv_head_idx * group + it.row_begin, mi.qo_head_begin);
       EXPECT_EQ(std::min(kDecodeRows, group - it.row_begin), mi.num_rows);
+      EXPECT_EQ(it.merge_idx, m) << "a partial's item names another merge (its CTA would join the wrong split)";
     }
   }
   EXPECT_EQ(merged, st.num_partials) << "a partial slot no merge reads";

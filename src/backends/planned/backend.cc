@@ -1,13 +1,12 @@
 // PlannedBackend: plan once per batch (host scheduler + one upload), then per layer: store K/V,
-// the extend kernel over the requests with several new tokens, the decode kernel and its merge
-// over the requests with one. Work goes to the calling thread's default stream.
+// the extend kernel over the requests with several new tokens, the decode kernel (which also joins
+// its splits) over the requests with one. Work goes to the calling thread's default stream.
 #include "backends/planned/backend.h"
 
 #include <algorithm>
 
 #include "attnkit/registry.h"
 #include "backends/planned/kernels/decode.h"
-#include "backends/planned/kernels/merge.h"
 #include "backends/planned/kernels/prefill.h"
 #include "cuda/check.h"
 #include "cuda/memory.h"
@@ -82,6 +81,9 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
   // Fixed-size split-KV partials: the bound holds for any batch, so graphs never see them move.
   const size_t rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;
   partials_ = Buffer(Device::cuda, std::max<size_t>(rows * (static_cast<size_t>(shape_.head_dim) + 1) * 4, 16));
+  // The joins' counters start at zero; each joining CTA puts its own back to zero.
+  merge_counters_ = Buffer(Device::cuda, std::max<size_t>(planned::max_decode_merges(shape_) * sizeof(int32_t), 16));
+  ATTNKIT_CUDA_CHECK(cudaMemset(merge_counters_.data(), 0, merge_counters_.nbytes()));
 }
 
 void PlannedBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages) {
@@ -98,7 +100,7 @@ void PlannedBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages
 void PlannedBackend::synchronize() { ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
 size_t PlannedBackend::workspace_bytes() const {
-  return dynamic_.bytes() + graph_.bytes() + partials_.nbytes() + sinks_.nbytes();
+  return dynamic_.bytes() + graph_.bytes() + partials_.nbytes() + merge_counters_.nbytes() + sinks_.nbytes();
 }
 
 void PlannedBackend::plan(const ForwardBatch& batch) {
@@ -207,9 +209,9 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   const size_t partial_rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;
   dec.partial_o = static_cast<float*>(partials_.data());
   dec.partial_lse = dec.partial_o + partial_rows * static_cast<size_t>(shape_.head_dim);
-  dec.num_merges = active_->device<int32_t>(l.num_merges[var]);
   const bool merge = stats_[var].num_merges > 0 || graph;
   dec.merges = merge ? active_->device<planned::DecodeMergeItem>(l.merges[var]) : nullptr;
+  dec.merge_counters = static_cast<int32_t*>(merge_counters_.data());
   dec.num_ctas = shape_.num_ctas;
   dec.num_qo_heads = spec.num_qo_heads;
   dec.num_kv_heads = spec.num_kv_heads;
@@ -222,7 +224,6 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.q_dtype = q.dtype;
   dec.kv_dtype = c.dtype;
   planned::launch_decode(dec, stream());
-  planned::launch_decode_merge(dec, stream());
 }
 
 void register_planned_backend(Registry& registry) {

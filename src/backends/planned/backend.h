@@ -52,6 +52,7 @@ class PlannedBackend final : public AttentionBackend {
   planned::PlanArena* active_ = nullptr;
   planned::DecodePlanStats stats_[planned::PlanLayout::kMaxVariants];
   int num_prefill_items_ = 0;
+  Buffer merge_counters_;  // [max_merges] int32, zero between launches
   Buffer partials_;  // partial_o [max_partials, kDecodeRows, head_dim] then partial_lse [max_partials, kDecodeRows]
   Buffer sinks_;     // [num_layers, num_qo_heads] f32
 };

@@ -24,6 +24,7 @@ struct Chunk {
   int32_t request_idx, head_block, slice, kv_begin, kv_end, lane;
   int32_t ordinal, count;  // its place among its unit's chunks, and how many there are
   int32_t partial_base;    // count > 1: the unit's first partial slot (head j: + j * count)
+  int32_t merge_base;      // count > 1: the unit's first merge item (head j: + j)
 };
 
 }  // namespace
@@ -107,16 +108,17 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
             take = std::max(fit, kMinChunk);
             if (rest - take < kMinChunk) take = rest;
           }
-          chunks.push_back({i, hb, slice, begin, begin + take, lane, 0, 1, -1});
+          chunks.push_back({i, hb, slice, begin, begin + take, lane, 0, 1, -1, -1});
           load += take + kItemCost;
           begin += take;
           if (!last_lane && load >= target) close_lane();
         }
         // Pass 2, per unit: number its chunks and give a split unit its partial slots and merges.
         const int count = static_cast<int>(chunks.size() - first);
-        int32_t base = -1;
+        int32_t base = -1, merge_base = -1;
         if (count > 1) {
           base = st.num_partials;
+          merge_base = st.num_merges;
           st.num_partials += count * width;
           for (int j = 0; j < width; ++j) {
             ATTNKIT_CHECK(static_cast<size_t>(st.num_merges) < max_merges, "planned plan: more than ", max_merges,
@@ -131,6 +133,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
           c.ordinal = k;
           c.count = count;
           c.partial_base = base;
+          c.merge_base = merge_base;
         }
       }
     }
@@ -150,7 +153,8 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
         const int r = c.request_idx;
         out.items[static_cast<size_t>(st.num_items++)] = {
             batch.qo_indptr[r], r, batch.kv_page_indptr[r], c.head_block * width + j, c.slice * kDecodeRows,
-            c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1};
+            c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1,
+            c.count > 1 ? c.merge_base + j : -1, {0, 0, 0}};
       }
       out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = st.num_items;
     }

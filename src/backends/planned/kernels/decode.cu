@@ -30,7 +30,19 @@ int ctas_per_sm() {
 template <typename C>
 void launch(const DecodeParams& p, cudaStream_t stream) {
   set_smem_limit<C>();
-  decode_kernel<C><<<p.num_ctas, C::kThreads, C::kSmemBytes, stream>>>(p);
+  // Programmatic serialisation: the kernel may launch while the cache store before it runs, and
+  // waits for it (griddepcontrol.wait) before its first cache read; the launch latency is hidden.
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(p.num_ctas));
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  ATTNKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_kernel<C>, p));
   ATTNKIT_CUDA_CHECK_LAUNCH("planned decode_kernel [", p.num_ctas, " CTAs, ", p.num_qo_heads, " q / ",
                             p.num_kv_heads, " kv heads, head_dim ", p.head_dim, ", page_size ", p.page_size, ", q ",
                             dtype_name(p.q_dtype), ", kv ", dtype_name(p.kv_dtype), "]");

@@ -19,7 +19,8 @@ inline constexpr int kDecodeRows = 16;
 inline constexpr int kDecodeTileKv = 64;
 
 // One unit of work: query heads [row_begin, row_begin + rows) of KV head `kv_head_idx`'s group, for
-// the one new token of request `request_idx`, against KV positions [kv_begin, kv_end).
+// the one new token of request `request_idx`, against KV positions [kv_begin, kv_end). 48 bytes,
+// read as three int4.
 struct DecodeWorkItem {
   int32_t token_idx;    // row of q and out (the request's qo_indptr)
   int32_t request_idx;  // for the custom mask
@@ -29,10 +30,13 @@ struct DecodeWorkItem {
   int32_t kv_begin;
   int32_t kv_end;       // > kv_begin: the planner never emits an empty item
   int32_t partial_idx;  // -1: the whole answer, written to out; else the partial slot it writes
+  int32_t merge_idx;    // partial_idx >= 0: the merge item that joins it; else -1
+  int32_t reserved[3];
 };
 
 // Joins the partials of one split (token, KV head, slice): partial slots
-// [partial_begin, partial_begin + num_partials) hold its chunks.
+// [partial_begin, partial_begin + num_partials) hold its chunks. The decode CTA that writes the
+// last of them to finish does the join (a counter a merge item), so no merge kernel runs.
 struct DecodeMergeItem {
   int32_t token_idx;
   int32_t qo_head_begin;  // first query head (global index)
@@ -57,8 +61,8 @@ struct DecodeParams {
   const DecodeWorkItem* items;     // [cta_item_indptr[num_ctas]], never null
   float* partial_o;    // [max_partials, kDecodeRows, head_dim] f32, normalised, v_scale applied; may be null
   float* partial_lse;  // [max_partials, kDecodeRows] natural log, sinks excluded; may be null
-  const int32_t* num_merges;       // [1], never null when merges is not
-  const DecodeMergeItem* merges;   // [*num_merges] or null
+  const DecodeMergeItem* merges;   // the plan's merge items, or null when no item is split
+  int32_t* merge_counters;         // [max_merges], zero between launches (the joining CTA resets its own)
 
   int num_ctas = 0;    // the persistent grid: fixed, so a captured graph replays any plan
   int num_qo_heads = 0;
@@ -77,8 +81,8 @@ struct DecodeParams {
 std::string decode_unsupported(int head_dim, DType q_dtype, DType kv_dtype);
 // Resident CTAs a multiprocessor holds for this instance (the planner sizes the grid with it).
 int decode_ctas_per_sm(int head_dim, DType q_dtype, DType kv_dtype);
-// Enqueues the decode kernel on `stream` (grid num_ctas). Checks the shape first and the launch
-// after; the merge of split items is launch_decode_merge (merge.h).
+// Enqueues the decode kernel on `stream` (grid num_ctas), which also joins split items. Checks the
+// shape first and the launch after.
 void launch_decode(const DecodeParams& p, cudaStream_t stream);
 
 }  // namespace attnkit::planned

@@ -1,6 +1,6 @@
-// The decode kernel's copy side: mbarrier and bulk-copy (TMA, cp.async.bulk) wrappers, the work
-// item loads, and how one warp copies its 16 key rows of a K/V tile and its query fragments. The
-// mainloop that consumes them is decode_kernel.cuh.
+// The decode kernel's copy side: mbarrier wrappers (and the bulk-copy ones that
+// bench/decode_read_bench.cu compares against), the work item loads, how one warp copies its 16
+// key rows of a K/V tile, and the query rows. The mainloop that consumes them is decode_kernel.cuh.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,8 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ DecodeWorkItem load_item(const DecodeWorkItem* g_items, int idx) {
   const int4* src = reinterpret_cast<const int4*>(g_items + idx);
   const int4 a = __ldg(src), b = __ldg(src + 1);
-  return {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  const int merge_idx = __ldg(reinterpret_cast<const int*>(src + 2));
+  return {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, merge_idx, {0, 0, 0}};
 }
 
 __device__ __forceinline__ int num_tiles(const DecodeWorkItem& it) {
@@ -73,43 +74,73 @@ __device__ __forceinline__ int load_page(const DecodeParams& p, const DecodeWork
   return __ldg(p.kv_page_indices + it.page_begin + page_idx);
 }
 
-// One bulk copy a lane: row `warp * 16 + lane % 16` of K (lanes 0-15) or V (16-31) into the stage,
-// rows kRowStride apart. Lane 0 first announces the warp's bytes on the warp's barrier of the stage.
+// Where a cached row's 16-byte piece lies in a stage: swizzled where ldmatrix reads the stage,
+// as in memory where the row is converted first (the converted copy is swizzled).
 template <typename C>
-__device__ __forceinline__ void issue_rows(const DecodeParams& p, const DecodeWorkItem& it, int tile, int warp,
-                                           int lane, int page_shift, int page, uint32_t s_stage, uint32_t s_bar) {
-  using TKv = typename C::TKv;
-  __syncwarp();  // every lane is done reading what this stage held (the tile kStages before)
-  if (lane == 0) mbar_arrive_expect_tx(s_bar, 32 * C::kRowBytes);
-  __syncwarp();
-  const int key = lane_key(it, tile, warp, lane);
-  const int in_page = page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
-  const int64_t slot = int64_t{page} * p.page_size + in_page;
-  const TKv* g_pool = static_cast<const TKv*>(lane < 16 ? p.k_pool : p.v_pool);
-  const TKv* g_row = g_pool + (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim;
-  const uint32_t dst = s_stage + (lane / 16) * C::kTileBytes + (warp * 16 + lane % 16) * C::kRowStride;
-  bulk_copy(dst, g_row, C::kRowBytes, s_bar);
+__device__ __forceinline__ uint32_t stage_offset(int row, int chunk) {
+  if constexpr (C::kConvert) {
+    return static_cast<uint32_t>(row * C::kRowBytes + chunk * 16);
+  } else {
+    return tile::swizzle<C::kHeadDim>(row, chunk);
+  }
 }
 
-// The item's query rows as the A fragments of m16n8k16 (rows past the slice's heads are zero),
-// straight from global memory: issued before the wait for the item's first tile, they arrive
-// during it, and no shared memory or barrier is spent on them.
+// Completes one arrival on s_bar once every cp.async this thread issued before it has landed
+// (the arrival is one of those the barrier was initialised to expect).
+__device__ __forceinline__ void cp_async_arrive(uint32_t s_bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(s_bar) : "memory");
+}
+
+// One half of a warp's rows of a tile: its 16 K rows (half 0) or 16 V rows (half 1), copied by all
+// 32 lanes in 16-byte cp.async pieces, whole rows an instruction (so each instruction reads whole
+// 256-byte rows), then one arrival a lane on the half's barrier of the stage. K and V are
+// refilled separately: K's slot frees after Q K^T, half an iteration before V's.
+// Why not one bulk copy (TMA) a row: a bulk copy into shared memory that is not 128-byte aligned
+// cost 5% of the read rate on the H200 (bench/decode_read_bench.cu: 4.55 TB/s packed, 4.34 with
+// rows padded by 16 bytes), and packed rows read by ldmatrix conflict 8 ways; 16-byte pieces
+// can be placed swizzled (tile::swizzle), which costs neither.
+// `page`: this lane's page-table entry for key lane % 16 of the tile (load_page).
 template <typename C>
-__device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeWorkItem& it, int group, int lane,
-                                       uint32_t (&r_q)[C::kHeadDim / 16][4]) {
-  const int g = lane / 4, t = lane % 4;
+__device__ __forceinline__ void issue_rows(const DecodeParams& p, const DecodeWorkItem& it, int tile, int warp,
+                                           int lane, int half, int page_shift, int page, uint32_t s_stage,
+                                           uint32_t s_bar) {
+  using TKv = typename C::TKv;
+  constexpr int kChunks = C::kRowBytes / 16;  // 16-byte pieces a row
+  constexpr int kRowsPerStep = 32 / kChunks;  // rows one instruction covers
+  static_assert(kChunks <= 32 && 32 % kChunks == 0, "a row is a whole number of lanes' pieces");
+  __syncwarp();  // every lane is done reading what this half held (the tile kStages before)
+  const TKv* g_pool = static_cast<const TKv*>(half == 0 ? p.k_pool : p.v_pool);
+  const int chunk = lane % kChunks;
+  const uint32_t s_half = s_stage + half * C::kTileBytes;
+#pragma unroll 2
+  for (int i = 0; i < 16 / kRowsPerStep; ++i) {
+    const int row = i * kRowsPerStep + lane / kChunks;  // 0..15, the warp's row of the tile
+    const int row_page = __shfl_sync(0xffffffffu, page, row);
+    const int key = lane_key(it, tile, warp, row);
+    const int in_page = page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
+    const int64_t slot = int64_t{row_page} * p.page_size + in_page;
+    const TKv* g_src = g_pool + (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * (16 / sizeof(TKv));
+    tile::cp_async_16(s_half + stage_offset<C>(warp * 16 + row, chunk), g_src, true);
+  }
+  cp_async_arrive(s_bar);
+}
+
+// The item's query rows into shared memory (swizzled like the extend kernel's tiles, so the 8 rows
+// of one ldmatrix phase fall into 8 bank groups), rows past the slice's heads zero. The whole CTA
+// copies: the rows are shared by its warps, and keeping them out of registers leaves those to the
+// accumulators (with them in registers the head_dim 128 kernel spilled at 3 CTAs an SM).
+template <typename C>
+__device__ __forceinline__ void stage_q(const DecodeParams& p, const DecodeWorkItem& it, int group,
+                                        unsigned char* s_q) {
+  constexpr int kChunks = C::kHeadDim / 8;  // 16-byte chunks a row
   const int rows = min(C::kRows, group - it.row_begin);
-  const uint32_t* g_q = reinterpret_cast<const uint32_t*>(
+  const uint4* g_q = reinterpret_cast<const uint4*>(
       static_cast<const typename C::T*>(p.q) +
       (int64_t{it.token_idx} * p.num_qo_heads + it.kv_head_idx * group + it.row_begin) * C::kHeadDim);
-#pragma unroll
-  for (int kk = 0; kk < C::kHeadDim / 16; ++kk) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + 8 * (i & 1);
-      const int col = kk * 16 + 2 * t + 8 * (i >> 1);  // even: one 32-bit word holds two elements
-      r_q[kk][i] = row < rows ? __ldg(g_q + (row * C::kHeadDim + col) / 2) : 0u;
-    }
+  for (int idx = threadIdx.x; idx < C::kRows * kChunks; idx += C::kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const uint4 v = r < rows ? __ldg(g_q + r * kChunks + c) : make_uint4(0u, 0u, 0u, 0u);
+    *reinterpret_cast<uint4*>(s_q + tile::swizzle<C::kHeadDim>(r, c)) = v;
   }
 }
 

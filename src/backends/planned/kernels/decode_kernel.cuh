@@ -1,15 +1,16 @@
 // The decode mainloop: a persistent CTA walks its list of work items as one stream of 64-key K/V
 // tiles, the GQA group's query heads as the rows of m16n8k16 mma tiles. Each warp owns 16 keys of
-// a tile and runs its own pipeline: it bulk-copies (TMA) its rows onto its own mbarrier, several
-// stages ahead across item boundaries, and no CTA barrier is paid per tile, only at an item's end,
-// where the warps' softmax states meet. Copies and query loads are decode_copy.cuh; dispatch is
-// decode.cu; the split merge is merge.cu.
+// a tile and runs its own pipeline: it copies its K rows and its V rows (cp.async) onto its own
+// mbarriers, kStages tiles ahead across item boundaries, and no CTA barrier is paid per tile, only at an item's end,
+// where the warps' softmax states meet. Copies and query loads are decode_copy.cuh; the split join
+// is decode_join.cuh; dispatch is decode.cu.
 #pragma once
 
 #include <cmath>
 #include <type_traits>
 
 #include "backends/planned/kernels/decode_copy.cuh"
+#include "backends/planned/kernels/decode_join.cuh"
 
 namespace attnkit::planned {
 
@@ -25,10 +26,9 @@ struct DecodeConfig {
   // A cache in another type than q is converted per warp, in shared memory, before the mma.
   static constexpr bool kConvert = !std::is_same_v<T, TKv>;
   static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKv));  // one cached row
-  // A bulk copy writes a row as it lies in memory (no swizzle), so rows that ldmatrix reads are
-  // padded by 16 bytes: the 8 rows of one ldmatrix phase then start in 8 different bank groups.
-  // Rows that are converted first are read by consecutive lanes along the row: no padding.
-  static constexpr int kRowStride = kConvert ? kRowBytes : kRowBytes + 16;
+  // Rows lie packed; those ldmatrix reads are swizzled (tile::swizzle), those converted first are
+  // read by consecutive lanes along the row and lie as in memory.
+  static constexpr int kRowStride = kRowBytes;
   // How many tiles a warp has in flight and how many CTAs share an SM. D=128 16-bit: 2 stages and
   // 3 CTAs (12 warps an SM, registers capped at 168), which measured 8% faster on the H200 than
   // 3 stages and 2 CTAs with the same bytes in flight. D=64: 4 stages (3 CTAs); D=256: 3 (1 CTA),
@@ -47,11 +47,13 @@ struct DecodeConfig {
   static constexpr int kConvBytes = kConvert ? kWarps * 2 * 16 * kHeadDim * 2 : 0;
   static constexpr int kConvOffset = kStages * kStageBytes;
   static constexpr int kMlOffset = kConvOffset + kConvBytes;
-  static constexpr int kBarOffset = kMlOffset + 2 * kWarps * kRows * 4;  // [kStages, kWarps] mbarriers
-  static constexpr int kSmemBytes = kBarOffset + kStages * kWarps * 8;
+  static constexpr int kBarOffset = kMlOffset + 2 * kWarps * kRows * 4;  // [kStages, kWarps, K|V] mbarriers
+  static constexpr int kFlagOffset = kBarOffset + kStages * kWarps * 16;  // the split join's "am I last"
+  static constexpr int kQOffset = kFlagOffset + 16;  // the item's query rows, [kRows, kHeadDim] T, swizzled
+  static constexpr int kSmemBytes = kQOffset + kRows * kHeadDim * 2;
   static_assert(kConvert ? kConvBytes >= kScratchBytes : kStageBytes >= kScratchBytes,
                 "the merge scratch reuses a consumed stage or the conversion buffer");
-  static_assert(kRowBytes % 16 == 0 && kRowStride % 16 == 0, "bulk copies move 16-byte multiples to 16-byte addresses");
+  static_assert(kRowBytes % 16 == 0, "rows are copied in 16-byte pieces");
   static_assert(kSmemBytes <= 227 * 1024, "a CTA may use at most 227 KB of shared memory on sm_90");
 };
 
@@ -90,16 +92,6 @@ __device__ __forceinline__ void convert_chunk(const uint4& raw, uint4* out) {
   }
 }
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile ldmatrix reads.
-template <typename C>
-__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
-  if constexpr (C::kConvert) {
-    return tile::swizzle<C::kHeadDim>(row, chunk);
-  } else {
-    return static_cast<uint32_t>(row * C::kRowStride + chunk * 16);
-  }
-}
-
 }  // namespace decode_detail
 
 template <typename C>
@@ -126,20 +118,28 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   const float qk_scale = p.sm_scale * p.k_scale;
   const float qk_scale_log2 = qk_scale * dd::kLog2e;
   const uint32_t s_base = tile::smem_addr(smem);
-  // This warp's barrier of stage s; one arrival (lane 0's expect_tx) plus the copies' bytes.
-  auto bar = [&](int s) { return s_base + C::kBarOffset + (s * C::kWarps + warp) * 8; };
-  if (tid < kS * C::kWarps) dd::mbar_init(s_base + C::kBarOffset + tid * 8, 1);
+  // This warp's barrier of stage s for K (half 0) or V (1): each lane arrives once its copies land.
+  auto bar = [&](int s, int half) { return s_base + C::kBarOffset + ((s * C::kWarps + warp) * 2 + half) * 8; };
+  if (tid < kS * C::kWarps * 2) dd::mbar_init(s_base + C::kBarOffset + tid * 8, 32);  // a lane's arrival each
   dd::mbar_init_fence();
+  dd::stage_q<C>(p, dd::load_item(p.items, item_begin), group, smem + C::kQOffset);
   __syncthreads();
+  const uint32_t s_q = s_base + C::kQOffset;
 
-  // Producer: this warp's next tile to copy; it runs kS - 1 tiles ahead, across item boundaries.
+  // Producer: this warp's next tile to copy; it runs kS tiles ahead, across item boundaries. Tile n
+  // of the warp's stream uses stage n % kS; issue_half copies one half of the next tile without
+  // moving on, advance moves on.
   int p_item = item_begin, p_tile = 0;
   DecodeWorkItem p_it = dd::load_item(p.items, item_begin);
   int p_tiles = dd::num_tiles(p_it);
   int r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);  // entry of the next tile's row
-  auto issue = [&](int stage) {
+  auto issue_half = [&](int stage, int half) {
     if (p_item >= item_end) return;
-    dd::issue_rows<C>(p, p_it, p_tile, warp, lane, page_shift, r_page, s_base + stage * C::kStageBytes, bar(stage));
+    dd::issue_rows<C>(p, p_it, p_tile, warp, lane, half, page_shift, r_page, s_base + stage * C::kStageBytes,
+                      bar(stage, half));
+  };
+  auto advance = [&] {
+    if (p_item >= item_end) return;
     if (++p_tile == p_tiles) {
       p_tile = 0;
       if (++p_item < item_end) {
@@ -149,8 +149,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     }
     if (p_item < item_end) r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);
   };
+  // Launched with programmatic serialisation: everything above overlapped the cache store before
+  // this kernel; the cache is read only after it completes.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
-  for (int s = 0; s < kS - 1; ++s) issue(s);
+  for (int s = 0; s < kS; ++s) {
+    issue_half(s, 0);
+    issue_half(s, 1);
+    advance();
+  }
 
   // Consumer state: this warp's online softmax over its keys of the current item.
   int c_item = item_begin, c_tile = 0;
@@ -162,7 +169,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     return hi > lo ? p.custom_mask + lo : nullptr;
   };
   const uint8_t* c_mask = item_mask(c_it);
-  uint32_t r_q[kD / 16][4];           // the item's query rows, A fragments
   float r_m[2] = {kNegInf, kNegInf};  // running max of rows g and g + 8, log2 domain
   float r_l[2] = {0.0f, 0.0f};        // this lane's part of the running denominator
   float r_o[kNt][4];                  // [16 rows, kD] accumulator fragments
@@ -170,11 +176,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   for (int n = 0; n < kNt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
 
   for (int it_idx = 0; c_item < item_end; ++it_idx) {
-    // The stage consumed last iteration is refilled first, so kS tiles are in flight during the wait.
-    issue((it_idx + kS - 1) % kS);
-    if (c_tile == 0) dd::load_q<C>(p, c_it, group, lane, r_q);
     const int stage = it_idx % kS;
-    dd::mbar_wait(bar(stage), static_cast<uint32_t>(it_idx / kS) & 1u);
+    const uint32_t parity = static_cast<uint32_t>(it_idx / kS) & 1u;
+    // This tile's K, and with a conversion its V as well (both are converted at once).
+    dd::mbar_wait(bar(stage, 0), parity);
+    if constexpr (C::kConvert) dd::mbar_wait(bar(stage, 1), parity);
 
     unsigned char* s_stage = smem + stage * C::kStageBytes;
     uint32_t s_k, s_v;
@@ -198,6 +204,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
         }
       }
       __syncwarp();
+      // The raw stage is free once converted: the tile kS ahead goes into it now.
+      issue_half(stage, 0);
+      issue_half(stage, 1);
+      advance();
       s_k = tile::smem_addr(s_conv);
       s_v = s_k + 16 * kD * 2;
       row0 = 0;
@@ -211,10 +221,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     float r_s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t b[4];
-      tile::ldmatrix_x4(b, s_k + dd::tile_offset<C>(row0 + lane % 8 + 8 * (lane / 16), kk * 2 + (lane / 8) % 2));
-      tile::mma_16816<T>(r_s[0], r_q[kk], b[0], b[1]);
-      tile::mma_16816<T>(r_s[1], r_q[kk], b[2], b[3]);
+      uint32_t a[4], b[4];
+      tile::ldmatrix_x4(a, s_q + tile::swizzle<kD>(lane % 16, kk * 2 + lane / 16));
+      tile::ldmatrix_x4(b, s_k + tile::swizzle<kD>(row0 + lane % 8 + 8 * (lane / 16), kk * 2 + (lane / 8) % 2));
+      tile::mma_16816<T>(r_s[0], a, b[0], b[1]);
+      tile::mma_16816<T>(r_s[1], a, b[2], b[3]);
+    }
+    // K's half of the stage is read: its next tile is copied now, except on the item's last tile,
+    // whose stage is the scratch of the warps' combine below.
+    const bool item_last = c_tile + 1 == c_tiles;
+    if constexpr (!C::kConvert) {
+      if (!item_last) issue_half(stage, 0);
     }
 
     // Scale, soft-cap, mask; online softmax per row (a row's 16 keys live in one lane quad).
@@ -260,16 +277,24 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       a_p[2 * j] = tile::pack2<T>(pr[0], pr[1]);
       a_p[2 * j + 1] = tile::pack2<T>(pr[2], pr[3]);
     }
+    if constexpr (!C::kConvert) dd::mbar_wait(bar(stage, 1), parity);
     // O += P V: V^T fragments through ldmatrix.trans, two n8 tiles of head_dim per load.
 #pragma unroll
     for (int dn = 0; dn < kD / 16; ++dn) {
       uint32_t b[4];
-      tile::ldmatrix_x4_trans(b, s_v + dd::tile_offset<C>(row0 + lane % 8 + 8 * ((lane / 8) % 2), dn * 2 + lane / 16));
+      tile::ldmatrix_x4_trans(b, s_v + tile::swizzle<kD>(row0 + lane % 8 + 8 * ((lane / 8) % 2), dn * 2 + lane / 16));
       tile::mma_16816<T>(r_o[2 * dn], a_p, b[0], b[1]);
       tile::mma_16816<T>(r_o[2 * dn + 1], a_p, b[2], b[3]);
     }
 
-    if (++c_tile < c_tiles) continue;
+    if (!item_last) {
+      ++c_tile;
+      if constexpr (!C::kConvert) {
+        issue_half(stage, 1);
+        advance();
+      }
+      continue;
+    }
 
     // The item's last tile: the four warps' states meet in shared memory and are written out. The
     // stage just consumed has no copy in flight: its next tile is issued after the last barrier.
@@ -319,9 +344,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
         *reinterpret_cast<uint2*>(g_out) = make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
       }
     }
+    if (c_it.partial_idx >= 0) {
+      dd::join_if_last<T, kD, C::kThreads>(p, c_it, reinterpret_cast<int*>(smem + C::kFlagOffset));
+    }
+    // Every warp is past its last Q K^T of this item (the barrier above): the next item's rows.
+    if (c_item + 1 < item_end) dd::stage_q<C>(p, dd::load_item(p.items, c_item + 1), group, smem + C::kQOffset);
     // The scratch was written by ordinary stores; the copy engine refills it next (after this barrier).
     dd::fence_proxy_async();
     __syncthreads();
+    if constexpr (!C::kConvert) {
+      issue_half(stage, 0);
+      issue_half(stage, 1);
+      advance();
+    }
     c_tile = 0;
     if (++c_item < item_end) {
       c_it = dd::load_item(p.items, c_item);

@@ -1,0 +1,65 @@
+// The split-KV join, inside the decode kernel: the CTA that writes a split's last partial to finish
+// combines all of them into the output. Each partial's CTA fences its writes and counts itself on
+// the merge item's counter; the one that sees the count complete reads the partials back from L2
+// (they are never in its L1) and resets the counter for the next launch or graph replay. No merge
+// kernel and no launch of one: the joins of large batches overlap other CTAs' streaming.
+#pragma once
+
+#include <cmath>
+
+#include "backends/planned/kernels/decode.h"
+#include "backends/planned/kernels/prefill_tile.cuh"
+
+namespace attnkit::planned::decode_detail {
+
+// Called by every thread of the CTA after it wrote partial `it.partial_idx` (uniform across the
+// CTA: it contains __syncthreads). `s_flag` is one int of shared memory.
+template <typename T, int kHeadDim, int kThreads>
+__device__ __forceinline__ void join_if_last(const DecodeParams& p, const DecodeWorkItem& it, int* s_flag) {
+  __threadfence();  // this CTA's partial is visible GPU-wide before it is counted
+  __syncthreads();
+  const DecodeMergeItem m = p.merges[it.merge_idx];
+  if (threadIdx.x == 0) *s_flag = atomicAdd(p.merge_counters + it.merge_idx, 1) == m.num_partials - 1;
+  __syncthreads();
+  if (*s_flag == 0) return;
+  __threadfence();  // every other partial's writes are seen by the reads below
+
+  constexpr int kQuads = kHeadDim / 4;
+  for (int idx = threadIdx.x; idx < m.num_rows * kQuads; idx += kThreads) {
+    const int r = idx / kQuads, d = (idx % kQuads) * 4;
+    // Online over the partials, four loads in flight at a time: o and l are relative to exp(mx).
+    float mx = -INFINITY, l = 0.0f;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int k0 = 0; k0 < m.num_partials; k0 += 4) {
+      float lse[4];
+      float4 part[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int k = min(k0 + u, m.num_partials - 1);
+        const int64_t row = int64_t{m.partial_begin + k} * kDecodeRows + r;
+        lse[u] = k0 + u < m.num_partials ? __ldcg(p.partial_lse + row) : -INFINITY;
+        part[u] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + row * kHeadDim + d));
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (lse[u] == -INFINITY) continue;  // an empty chunk adds nothing (and -inf - -inf is NaN)
+        const float m_new = fmaxf(mx, lse[u]);
+        const float a = __expf(mx - m_new), b = __expf(lse[u] - m_new);
+        l = l * a + b;
+        o.x = o.x * a + b * part[u].x; o.y = o.y * a + b * part[u].y;
+        o.z = o.z * a + b * part[u].z; o.w = o.w * a + b * part[u].w;
+        mx = m_new;
+      }
+    }
+    const int head = m.qo_head_begin + r;
+    // All chunks empty: the row is zeros, never NaN. The sink joins the denominator only.
+    if (p.sinks != nullptr && mx != -INFINITY) l += __expf(p.sinks[head] - mx);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* g_out = static_cast<T*>(p.out) + (int64_t{m.token_idx} * p.num_qo_heads + head) * kHeadDim + d;
+    *reinterpret_cast<uint2*>(g_out) =
+        make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
+  }
+  if (threadIdx.x == 0) p.merge_counters[it.merge_idx] = 0;
+}
+
+}  // namespace attnkit::planned::decode_detail
