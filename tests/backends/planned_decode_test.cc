@@ -55,8 +55,8 @@ std::vector<harness::CheckCase> own_cases() {
   cases.push_back(decode_case("head_dim 64", heads(16, 2, 64), {2500, 64, 65, 5}));
   cases.push_back(decode_case("head_dim 128, MHA", heads(4, 4, 128), {2100, 17}));
   cases.push_back(decode_case("head_dim 256", heads(8, 2, 256), {2600, 300, 1}));
-  cases.push_back(decode_case("MQA 32 heads: two slices", heads(32, 1, 128), {1800, 40}));
-  cases.push_back(decode_case("group 24: slices of 16 and 8", heads(48, 2, 64), {1300, 9}));
+  cases.push_back(decode_case("MQA 32 heads: four slices", heads(32, 1, 128), {1800, 40}));
+  cases.push_back(decode_case("group 24: three slices of 8", heads(48, 2, 64), {1300, 9}));
   {
     auto c = decode_case("e4m3 cache, split", heads(8, 2, 128), {3000, 100});
     c.kv_dtype = DType::e4m3;

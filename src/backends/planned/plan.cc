@@ -59,8 +59,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   }
 
   // Pass 1: cut units into chunks on lanes. Each cut adds a chunk (and its fixed cost); budgeting
-  // for the most cuts there can be keeps the extra from piling up on the last lane. Shares are
-  // recomputed as lanes close, so a lane that closed light or heavy is made up for by the rest.
+  // for the most cuts there can be keeps the extra from piling up on the last lane.
   thread_local std::vector<Chunk> chunks;
   thread_local std::vector<int32_t> lane_begin;
   chunks.clear();
@@ -70,7 +69,11 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   int64_t assigned = 0;  // cost of the lanes already closed
   int64_t load = 0;      // cost given to the open lane
   int64_t max_load = 0;
-  auto share = [&] { return (budget - assigned + (num_lanes - lane) - 1) / (num_lanes - lane); };
+  // Lane l ends where a (l + 1) / num_lanes share of the budget ends: a lane that closed light or
+  // heavy moves only the next lane's end, never the shares of all the lanes after it (which,
+  // recomputed from what is left, drifted up when many lanes closed light, and left the busiest
+  // lane 20% over the mean on short histories).
+  auto share = [&] { return ((lane + 1) * budget + num_lanes - 1) / num_lanes - assigned; };
   int64_t target = share();
   auto close_lane = [&] {
     max_load = std::max(max_load, load);

@@ -12,9 +12,11 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace attnkit::planned {
 
-// Query heads one decode CTA computes at once: the rows of one m16 mma tile. A GQA group of more
-// heads (MQA with 32, say) is cut into slices of this many, each reading the KV chunk once.
-inline constexpr int kDecodeRows = 16;
+// Query heads one decode CTA computes at once: the columns of one n8 mma tile (the keys are its
+// rows). A GQA group of more heads (MQA with 32, say) is cut into slices of this many, each
+// reading the KV chunk once; the usual groups (2 to 8 heads) take one slice and waste at most
+// half of each mma, where 16 heads as the rows of an m16 tile wasted three quarters at group 4.
+inline constexpr int kDecodeRows = 8;
 // KV positions one mainloop step covers (4 warps x 16 keys); chunks are cut at multiples of it.
 inline constexpr int kDecodeTileKv = 64;
 

@@ -42,6 +42,14 @@ __device__ __forceinline__ void bulk_copy(uint32_t s_dst, const void* g_src, int
 // Shared memory written by ordinary stores must be fenced before the copy engine writes it again.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// The transpose of an 8x8 matrix of 16-bit values held one 32-bit pair a lane (lane 4r + c holds
+// row r, columns 2c and 2c + 1): lane 4r + c receives column r's rows 2c and 2c + 1.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // ---- work items ----
 
 __device__ __forceinline__ DecodeWorkItem load_item(const DecodeWorkItem* g_items, int idx) {

@@ -27,21 +27,24 @@ __device__ __forceinline__ void join_if_last(const DecodeParams& p, const Decode
   constexpr int kQuads = kHeadDim / 4;
   for (int idx = threadIdx.x; idx < m.num_rows * kQuads; idx += kThreads) {
     const int r = idx / kQuads, d = (idx % kQuads) * 4;
-    // Online over the partials, four loads in flight at a time: o and l are relative to exp(mx).
+    // Online over the partials, kBatch loads in flight at a time: o and l are relative to exp(mx).
+    // A long request's split has tens of partials, joined at the very end of the kernel, where
+    // every L2 round trip is exposed: 4 at a time kept one SM 13 us at 1 x 32768 (50 partials).
+    constexpr int kBatch = 8;
     float mx = -INFINITY, l = 0.0f;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int k0 = 0; k0 < m.num_partials; k0 += 4) {
-      float lse[4];
-      float4 part[4];
+    for (int k0 = 0; k0 < m.num_partials; k0 += kBatch) {
+      float lse[kBatch];
+      float4 part[kBatch];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < kBatch; ++u) {
         const int k = min(k0 + u, m.num_partials - 1);
         const int64_t row = int64_t{m.partial_begin + k} * kDecodeRows + r;
         lse[u] = k0 + u < m.num_partials ? __ldcg(p.partial_lse + row) : -INFINITY;
         part[u] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + row * kHeadDim + d));
       }
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < kBatch; ++u) {
         if (lse[u] == -INFINITY) continue;  // an empty chunk adds nothing (and -inf - -inf is NaN)
         const float m_new = fmaxf(mx, lse[u]);
         const float a = __expf(mx - m_new), b = __expf(lse[u] - m_new);

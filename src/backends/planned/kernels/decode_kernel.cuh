@@ -1,5 +1,6 @@
 // The decode mainloop: a persistent CTA walks its list of work items as one stream of 64-key K/V
-// tiles, the GQA group's query heads as the rows of m16n8k16 mma tiles. Each warp owns 16 keys of
+// tiles, the keys as the rows of m16n8k16 mma tiles and up to 8 query heads of a GQA group as
+// their columns. Each warp owns 16 keys of
 // a tile and runs its own pipeline: it copies its K rows and its V rows (cp.async) onto its own
 // mbarriers, kStages tiles ahead across item boundaries, and no CTA barrier is paid per tile, only at an item's end,
 // where the warps' softmax states meet. Copies and query loads are decode_copy.cuh; the split join
@@ -41,7 +42,7 @@ struct DecodeConfig {
   static constexpr int kMinCtas = kThreeCtas ? 3 : 1;
   static constexpr int kTileBytes = kBlockN * kRowStride;  // K or V of a stage
   static constexpr int kStageBytes = 2 * kTileBytes;
-  // Where warps meet at an item's end: [kWarps, kRows, kHeadDim] f32 = 256 * kHeadDim bytes, in the
+  // Where warps meet at an item's end: [kWarps, kRows, kHeadDim] f32 = 128 * kHeadDim bytes, in the
   // stage just consumed (16-bit tiles in the mma type) or the conversion buffer.
   static constexpr int kScratchBytes = kWarps * kRows * kHeadDim * 4;
   static constexpr int kConvBytes = kConvert ? kWarps * 2 * 16 * kHeadDim * 2 : 0;
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   using T = typename C::T;
   constexpr int kD = C::kHeadDim;
   constexpr int kS = C::kStages;
-  constexpr int kNt = kD / 8;  // n8 tiles of the output row
+  constexpr int kDt = kD / 16;  // m16 tiles of head_dim in the output (O^T) and k16 steps of Q K^T
   constexpr float kNegInf = -INFINITY;
   namespace dd = decode_detail;
 
@@ -169,11 +170,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     return hi > lo ? p.custom_mask + lo : nullptr;
   };
   const uint8_t* c_mask = item_mask(c_it);
-  float r_m[2] = {kNegInf, kNegInf};  // running max of rows g and g + 8, log2 domain
+  // Softmax state of query heads 2t and 2t + 1 (the same in every lane of a column t).
+  float r_m[2] = {kNegInf, kNegInf};  // running max, log2 domain
   float r_l[2] = {0.0f, 0.0f};        // this lane's part of the running denominator
-  float r_o[kNt][4];                  // [16 rows, kD] accumulator fragments
+  float r_o[kDt][4];                  // O^T [kD, 8 heads] accumulator fragments
 #pragma unroll
-  for (int n = 0; n < kNt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
+  for (int n = 0; n < kDt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
+  uint32_t r_q[kDt][2];  // Q^T [kD, 8 heads] as B fragments, loaded at each item's first tile
+  auto col_max = [](float x) {  // over the 8 lanes of a column (the keys g of one head pair)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
+  };
 
   for (int it_idx = 0; c_item < item_end; ++it_idx) {
     const int stage = it_idx % kS;
@@ -217,15 +225,26 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       row0 = warp * 16;
     }
 
-    // S = Q K^T: [16 query heads, 16 keys] in two n8 fragments.
+    // S^T = K Q^T: [16 keys, 8 query heads], K as the A operand (m16) and Q as B (n8), so a GQA
+    // group of up to 8 heads wastes no more than half the mma; two accumulator chains (even and
+    // odd k steps) halve the dependent mma latency.
+    if (c_tile == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kDt; kk += 2) {
+        uint32_t q4[4];
+        tile::ldmatrix_x4(q4, s_q + tile::swizzle<kD>(lane % 8, kk * 2 + lane / 8));
+        r_q[kk][0] = q4[0];
+        r_q[kk][1] = q4[1];
+        r_q[kk + 1][0] = q4[2];
+        r_q[kk + 1][1] = q4[3];
+      }
+    }
     float r_s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[4], b[4];
-      tile::ldmatrix_x4(a, s_q + tile::swizzle<kD>(lane % 16, kk * 2 + lane / 16));
-      tile::ldmatrix_x4(b, s_k + tile::swizzle<kD>(row0 + lane % 8 + 8 * (lane / 16), kk * 2 + (lane / 8) % 2));
-      tile::mma_16816<T>(r_s[0], a, b[0], b[1]);
-      tile::mma_16816<T>(r_s[1], a, b[2], b[3]);
+    for (int kk = 0; kk < kDt; ++kk) {
+      uint32_t a[4];
+      tile::ldmatrix_x4(a, s_k + tile::swizzle<kD>(row0 + lane % 16, kk * 2 + lane / 16));
+      tile::mma_16816<T>(r_s[kk & 1], a, r_q[kk][0], r_q[kk][1]);
     }
     // K's half of the stage is read: its next tile is copied now, except on the item's last tile,
     // whose stage is the scratch of the warps' combine below.
@@ -234,57 +253,54 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       if (!item_last) issue_half(stage, 0);
     }
 
-    // Scale, soft-cap, mask; online softmax per row (a row's 16 keys live in one lane quad).
+    // Scale, soft-cap, mask; online softmax per head. Element c of this lane: key g + 8 (c / 2),
+    // head 2t + (c % 2).
     const int key_base = c_it.kv_begin + c_tile * C::kBlockN + warp * 16;
-    float row_max[2] = {kNegInf, kNegInf};
+    float sc[4];
+    float head_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int key = key_base + 8 * j + 2 * t + (c & 1);
-        float x = soft_cap ? p.logits_soft_cap * tanhf(r_s[j][c] * qk_scale / p.logits_soft_cap) * dd::kLog2e
-                           : r_s[j][c] * qk_scale_log2;
-        const bool visible = key < c_it.kv_end && (c_mask == nullptr || c_mask[key] != 0);
-        x = visible ? x : kNegInf;
-        r_s[j][c] = x;
-        row_max[c / 2] = fmaxf(row_max[c / 2], x);
-      }
+    for (int c = 0; c < 4; ++c) {
+      const int key = key_base + g + 8 * (c / 2);
+      const float raw = r_s[0][c] + r_s[1][c];
+      float x = soft_cap ? p.logits_soft_cap * tanhf(raw * qk_scale / p.logits_soft_cap) * dd::kLog2e
+                         : raw * qk_scale_log2;
+      const bool visible = key < c_it.kv_end && (c_mask == nullptr || c_mask[key] != 0);
+      x = visible ? x : kNegInf;
+      sc[c] = x;
+      head_max[c % 2] = fmaxf(head_max[c % 2], x);
     }
     float m_use[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(r_m[r], tile::quad_max(row_max[r]));
-      // -inf - -inf is NaN: a row with nothing visible yet keeps base 0, so its P and alpha are 0.
-      m_use[r] = m_new == kNegInf ? 0.0f : m_new;
-      const float alpha = tile::fast_exp2(r_m[r] - m_use[r]);
-      r_m[r] = m_new;
-      r_l[r] *= alpha;
-#pragma unroll
-      for (int n = 0; n < kNt; ++n) {
-        r_o[n][2 * r] *= alpha;
-        r_o[n][2 * r + 1] *= alpha;
-      }
-    }
-    uint32_t a_p[4];  // P as the A operand of P V: [16 rows, 16 keys]
-#pragma unroll
     for (int j = 0; j < 2; ++j) {
-      float pr[4];
+      const float m_new = fmaxf(r_m[j], col_max(head_max[j]));
+      // -inf - -inf is NaN: a head with nothing visible yet keeps base 0, so its P and alpha are 0.
+      m_use[j] = m_new == kNegInf ? 0.0f : m_new;
+      const float alpha = tile::fast_exp2(r_m[j] - m_use[j]);
+      r_m[j] = m_new;
+      r_l[j] *= alpha;
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        pr[c] = tile::fast_exp2(r_s[j][c] - m_use[c / 2]);
-        r_l[c / 2] += pr[c];
+      for (int n = 0; n < kDt; ++n) {
+        r_o[n][j] *= alpha;
+        r_o[n][2 + j] *= alpha;
       }
-      a_p[2 * j] = tile::pack2<T>(pr[0], pr[1]);
-      a_p[2 * j + 1] = tile::pack2<T>(pr[2], pr[3]);
     }
-    if constexpr (!C::kConvert) dd::mbar_wait(bar(stage, 1), parity);
-    // O += P V: V^T fragments through ldmatrix.trans, two n8 tiles of head_dim per load.
+    float pr[4];
 #pragma unroll
-    for (int dn = 0; dn < kD / 16; ++dn) {
-      uint32_t b[4];
-      tile::ldmatrix_x4_trans(b, s_v + tile::swizzle<kD>(row0 + lane % 8 + 8 * ((lane / 8) % 2), dn * 2 + lane / 16));
-      tile::mma_16816<T>(r_o[2 * dn], a_p, b[0], b[1]);
-      tile::mma_16816<T>(r_o[2 * dn + 1], a_p, b[2], b[3]);
+    for (int c = 0; c < 4; ++c) {
+      pr[c] = tile::fast_exp2(sc[c] - m_use[c % 2]);
+      r_l[c % 2] += pr[c];
+    }
+    // P^T as the B operand of O^T += V^T P^T: this lane holds P[key][heads 2t, 2t+1]; the B
+    // fragment wants P[keys 2t, 2t+1][head g]: one 8x8 transpose a half of the keys.
+    const uint32_t b_p0 = dd::transpose8x8(tile::pack2<T>(pr[0], pr[1]));
+    const uint32_t b_p1 = dd::transpose8x8(tile::pack2<T>(pr[2], pr[3]));
+    if constexpr (!C::kConvert) dd::mbar_wait(bar(stage, 1), parity);
+    // O^T += V^T P^T: V^T fragments (16 dims x 16 keys) through ldmatrix.trans.
+#pragma unroll
+    for (int dn = 0; dn < kDt; ++dn) {
+      uint32_t a[4];
+      tile::ldmatrix_x4_trans(a, s_v + tile::swizzle<kD>(row0 + lane % 8 + 8 * (lane / 16), dn * 2 + (lane / 8) % 2));
+      tile::mma_16816<T>(r_o[dn], a, b_p0, b_p1);
     }
 
     if (!item_last) {
@@ -301,16 +317,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     __syncthreads();  // every warp is done reading the stage (or conversion buffer) reused here
     float* s_o = reinterpret_cast<float*>(C::kConvert ? smem + C::kConvOffset : s_stage);  // [kWarps, kRows, kD]
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = tile::quad_sum(r_l[r]);
-      if (t == 0) {
-        s_m[warp * C::kRows + g + 8 * r] = r_m[r];
-        s_l[warp * C::kRows + g + 8 * r] = l;
+    for (int j = 0; j < 2; ++j) {
+      float l = r_l[j];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l += __shfl_xor_sync(0xffffffffu, l, 16);
+      const int head = 2 * t + j;
+      if (g == 0) {
+        s_m[warp * C::kRows + head] = r_m[j];
+        s_l[warp * C::kRows + head] = l;
       }
 #pragma unroll
-      for (int n = 0; n < kNt; ++n) {
-        *reinterpret_cast<float2*>(s_o + (warp * C::kRows + g + 8 * r) * kD + 8 * n + 2 * t) =
-            make_float2(r_o[n][2 * r], r_o[n][2 * r + 1]);
+      for (int n = 0; n < kDt; ++n) {
+        s_o[(warp * C::kRows + head) * kD + n * 16 + g] = r_o[n][j];
+        s_o[(warp * C::kRows + head) * kD + n * 16 + g + 8] = r_o[n][2 + j];
       }
     }
     __syncthreads();
@@ -366,7 +386,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     r_m[0] = r_m[1] = kNegInf;
     r_l[0] = r_l[1] = 0.0f;
 #pragma unroll
-    for (int n = 0; n < kNt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
+    for (int n = 0; n < kDt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
   }
 }
 
