@@ -325,7 +325,7 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
   }
   for (int h = 0; h < p.num_qo_heads; ++h) {
     if (bf16) {
-      bf16_pairs_to_natural(t.o + int64_t{h} * dv, dv, t.s);
+      bf16_pairs_to_natural(t.o + int64_t{h} * dv, dv);
     } else {
       permute_pairs<KvT>(t.o + int64_t{h} * dv, dv, t.s, false);
     }

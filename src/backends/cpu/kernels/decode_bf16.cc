@@ -161,16 +161,19 @@ ATTNKIT_BF16_TARGET void bf16_heads_pv(const float* p, int p_stride, int heads, 
   }
 }
 
-// unpacklo_epi16 puts columns 8j..8j+3 of a 32-column group in lanes 4j..4j+3, unpackhi columns
-// 8j+4..8j+7; bf16_heads_pv stores the lo vector first.
-void bf16_pairs_to_natural(float* o, int dv, float* tmp) {
+// unpacklo_epi16 puts columns 8j..8j+3 of a 32-column group in lanes 4j..4j+3 of the first
+// vector, unpackhi columns 8j+4..8j+7 in the same lanes of the second: two two-source permutes
+// put each group back.
+ATTNKIT_BF16_TARGET void bf16_pairs_to_natural(float* o, int dv) {
+  alignas(64) static constexpr int32_t kFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+  alignas(64) static constexpr int32_t kSecond[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+  const __m512i first = _mm512_load_si512(kFirst);
+  const __m512i second = _mm512_load_si512(kSecond);
   for (int g = 0; g < dv; g += kVecElems) {
-    for (int i = 0; i < kVecElems; ++i) tmp[i] = o[g + i];
-    for (int pos = 0; pos < kVecElems; ++pos) {
-      const int lane = pos % kPairLanes;
-      const int col = 8 * (lane / 4) + (pos >= kPairLanes ? 4 : 0) + lane % 4;
-      o[g + col] = tmp[pos];
-    }
+    const __m512 lo = _mm512_loadu_ps(o + g);
+    const __m512 hi = _mm512_loadu_ps(o + g + kPairLanes);
+    _mm512_storeu_ps(o + g, _mm512_permutex2var_ps(lo, first, hi));
+    _mm512_storeu_ps(o + g + kPairLanes, _mm512_permutex2var_ps(lo, second, hi));
   }
 }
 

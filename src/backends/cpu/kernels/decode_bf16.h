@@ -29,7 +29,7 @@ void bf16_heads_qk(const uint16_t* q, int heads, int dk, const uint16_t* const* 
 void bf16_heads_pv(const float* p, int p_stride, int heads, const uint16_t* const* vals, int nt, int dv,
                    const float* alpha, float* o, uint32_t* pairs);
 
-// o [dv] from the pair order bf16_heads_pv accumulates in to natural order; tmp holds 32 floats.
-void bf16_pairs_to_natural(float* o, int dv, float* tmp);
+// o [dv] from the pair order bf16_heads_pv accumulates in to natural order.
+void bf16_pairs_to_natural(float* o, int dv);
 
 }  // namespace attnkit::cpu
