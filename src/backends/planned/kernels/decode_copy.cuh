@@ -120,15 +120,32 @@ __device__ __forceinline__ void issue_rows(const DecodeParams& p, const DecodeWo
   const TKv* g_pool = static_cast<const TKv*>(half == 0 ? p.k_pool : p.v_pool);
   const int chunk = lane % kChunks;
   const uint32_t s_half = s_stage + half * C::kTileBytes;
+  const int key0 = it.kv_begin + tile * kDecodeTileKv + warp * 16;
+  const int in_page0 = page_shift >= 0 ? key0 & (p.page_size - 1) : key0 % p.page_size;
+  if (key0 + 16 <= it.kv_end && in_page0 + 16 <= p.page_size) {
+    // The usual case: the warp's 16 keys are consecutive slots of one page, so its rows lie a
+    // constant stride apart and the copy loop is an address add and a copy a row.
+    const int64_t row_stride = int64_t{p.num_kv_heads} * C::kHeadDim;
+    const int64_t slot0 = int64_t{__shfl_sync(0xffffffffu, page, 0)} * p.page_size + in_page0;
+    const TKv* g_src = g_pool + (slot0 + lane / kChunks) * row_stride + int64_t{it.kv_head_idx} * C::kHeadDim +
+                       chunk * (16 / sizeof(TKv));
+#pragma unroll
+    for (int i = 0; i < 16 / kRowsPerStep; ++i) {
+      const int row = i * kRowsPerStep + lane / kChunks;
+      tile::cp_async_16(s_half + stage_offset<C>(warp * 16 + row, chunk), g_src + i * kRowsPerStep * row_stride, true);
+    }
+  } else {
 #pragma unroll 2
-  for (int i = 0; i < 16 / kRowsPerStep; ++i) {
-    const int row = i * kRowsPerStep + lane / kChunks;  // 0..15, the warp's row of the tile
-    const int row_page = __shfl_sync(0xffffffffu, page, row);
-    const int key = lane_key(it, tile, warp, row);
-    const int in_page = page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
-    const int64_t slot = int64_t{row_page} * p.page_size + in_page;
-    const TKv* g_src = g_pool + (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * (16 / sizeof(TKv));
-    tile::cp_async_16(s_half + stage_offset<C>(warp * 16 + row, chunk), g_src, true);
+    for (int i = 0; i < 16 / kRowsPerStep; ++i) {
+      const int row = i * kRowsPerStep + lane / kChunks;  // 0..15, the warp's row of the tile
+      const int row_page = __shfl_sync(0xffffffffu, page, row);
+      const int key = lane_key(it, tile, warp, row);
+      const int in_page = page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
+      const int64_t slot = int64_t{row_page} * p.page_size + in_page;
+      const TKv* g_src =
+          g_pool + (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * (16 / sizeof(TKv));
+      tile::cp_async_16(s_half + stage_offset<C>(warp * 16 + row, chunk), g_src, true);
+    }
   }
   cp_async_arrive(s_bar);
 }
