@@ -39,8 +39,6 @@ __device__ __forceinline__ void bulk_copy(uint32_t s_dst, const void* g_src, int
                "l"(g_src), "r"(bytes), "r"(s_bar)
                : "memory");
 }
-// Shared memory written by ordinary stores must be fenced before the copy engine writes it again.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // The transpose of an 8x8 matrix of 16-bit values held one 32-bit pair a lane (lane 4r + c holds
 // row r, columns 2c and 2c + 1): lane 4r + c receives column r's rows 2c and 2c + 1.

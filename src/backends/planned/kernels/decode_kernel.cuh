@@ -369,9 +369,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     }
     // Every warp is past its last Q K^T of this item (the barrier above): the next item's rows.
     if (c_item + 1 < item_end) dd::stage_q<C>(p, dd::load_item(p.items, c_item + 1), group, smem + C::kQOffset);
-    // The scratch was written by ordinary stores; the copy engine refills it next (after this barrier).
-    dd::fence_proxy_async();
-    __syncthreads();
+    __syncthreads();  // every warp is done with the scratch, which the copies below refill
     if constexpr (!C::kConvert) {
       issue_half(stage, 0);
       issue_half(stage, 1);
