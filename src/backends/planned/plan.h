@@ -40,7 +40,7 @@ struct PlanShape {
   int lane_width() const {
     return sync_heads && num_kv_heads > 1 && num_ctas % num_kv_heads == 0 ? num_kv_heads : 1;
   }
-  // Query-head slices of kDecodeRows a group is cut into (1 unless a group has more than 16 heads).
+  // Query-head slices of kDecodeRows a group is cut into (1 unless a group has more than 8 heads).
   int num_slices() const { return (group_size() + kDecodeRows - 1) / kDecodeRows; }
 };
 

@@ -63,16 +63,17 @@ __device__ __forceinline__ int num_tiles(const DecodeWorkItem& it) {
 
 // ---- one warp's rows of a tile ----
 
-// The key a lane copies in tile `tile` of `it`: lanes 0-15 copy K, 16-31 V of the warp's 16 rows.
-// Keys past kv_end copy the item's last key again: those rows' scores are masked (P = 0), and a
-// real cached row is finite where stale shared memory might hold a NaN (0 * NaN = NaN).
-__device__ __forceinline__ int lane_key(const DecodeWorkItem& it, int tile, int warp, int lane) {
-  const int key = it.kv_begin + tile * kDecodeTileKv + warp * 16 + lane % 16;
+// The key of row `row % 16` of the warp's 16 in tile `tile` of `it`. Keys past kv_end copy the
+// item's last key again: those rows' scores are masked (P = 0), and a real cached row is finite
+// where stale shared memory might hold a NaN (0 * NaN = NaN).
+__device__ __forceinline__ int lane_key(const DecodeWorkItem& it, int tile, int warp, int row) {
+  const int key = it.kv_begin + tile * kDecodeTileKv + warp * 16 + row % 16;
   return min(key, it.kv_end - 1);
 }
 
-// The page-table entry of this lane's next row, loaded a tile ahead of its use so the copy after it
-// does not wait an L2 round trip. Power-of-two pages (the usual case) cost a shift, not a division.
+// The page-table entry of the warp's row lane % 16 in the next tile, loaded a tile ahead of its use
+// so the copies after it do not wait an L2 round trip (issue_rows shuffles it to the lanes that
+// copy that row). Power-of-two pages (the usual case) cost a shift, not a division.
 __device__ __forceinline__ int load_page(const DecodeParams& p, const DecodeWorkItem& it, int tile, int warp, int lane,
                                          int page_shift) {
   const int key = lane_key(it, tile, warp, lane);
