@@ -10,6 +10,7 @@
 
 #include "attnkit/registry.h"
 #include "harness/check.h"
+#include "cuda/memory.h"
 #include "harness/device_copy.h"
 
 namespace attnkit {
@@ -258,6 +259,19 @@ TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
     }
     EXPECT_LE(max_err / std::max(max_ref, 1.0e-30), harness::default_tolerance(DType::bf16, DType::bf16))
         << "layer " << layer << ": max error " << max_err << " of max " << max_ref;
+    // The step's K/V rows are in the cache, bit for bit.
+    const size_t row_bytes = 2 * 64 * 2;  // 2 KV heads x 64 x bf16: one slot
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t slot = dev_batch.out_cache_loc[static_cast<size_t>(t)];
+      for (int side = 0; side < 2; ++side) {
+        std::vector<uint8_t> got(row_bytes);
+        const void* pool = side == 0 ? dev_cache.k_pool(layer) : dev_cache.v_pool(layer);
+        cuda::copy_device_to_host(got.data(), static_cast<const uint8_t*>(pool) + slot * row_bytes, row_bytes);
+        const uint8_t* want = static_cast<const uint8_t*>(side == 0 ? k.host_data() : v.host_data()) + t * row_bytes;
+        EXPECT_EQ(std::memcmp(got.data(), want, row_bytes), 0)
+            << "layer " << layer << ", token " << t << ": the cache's " << (side == 0 ? "K" : "V") << " row differs";
+      }
+    }
   }
 }
 
