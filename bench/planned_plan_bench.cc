@@ -43,7 +43,7 @@ PlanShape llama3_8b_shape() {
   s.num_qo_heads = 32;
   s.num_kv_heads = 8;
   s.head_dim = 128;
-  s.num_ctas = 132 * 2;  // H200: 132 SMs, 2 decode CTAs each at head_dim 128
+  s.num_ctas = 132 * 3;  // H200: 132 SMs, 3 decode CTAs each at head_dim 128
   return s;
 }
 
