@@ -30,6 +30,18 @@ namespace tile = attnkit::planned::tile;
 
 namespace {
 
+// The bulk-copy (TMA) side the decode kernel no longer uses, for the modes that compare it.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t s_bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(s_bar), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16) global -> shared by the copy engine; completes on s_bar's transaction
+// count. Both addresses 16-byte aligned.
+__device__ __forceinline__ void bulk_copy(uint32_t s_dst, const void* g_src, int bytes, uint32_t s_bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(s_dst),
+               "l"(g_src), "r"(bytes), "r"(s_bar)
+               : "memory");
+}
+
 constexpr int kHeads = 8, kDim = 128, kPage = 16;
 constexpr int kRowBytes = kDim * 2;                      // one head's row: 256 B
 constexpr int kSlotBytes = kHeads * kRowBytes;           // one slot, all heads: 2 KB
@@ -76,9 +88,9 @@ __global__ void __launch_bounds__(128) bulk_rows(Params p) {
     const unsigned char* src = (lane < 16 ? p.k : p.v) + (int64_t{page} * kPage + key % kPage) * kSlotBytes + head * kRowBytes;
     const int s = step % kS;
     __syncwarp();
-    if (lane == 0) dd::mbar_arrive_expect_tx(s_bar + s * 8, 32 * kRowBytes);
+    if (lane == 0) mbar_arrive_expect_tx(s_bar + s * 8, 32 * kRowBytes);
     __syncwarp();
-    dd::bulk_copy(s_base + s * kStageBytes + lane * kStride, src, kRowBytes, s_bar + s * 8);
+    bulk_copy(s_base + s * kStageBytes + lane * kStride, src, kRowBytes, s_bar + s * 8);
   };
   for (int s = 0; s < kS - 1 && s < steps; ++s) issue(s);
   for (int step = 0; step < steps; ++step) {
@@ -173,12 +185,12 @@ __global__ void __launch_bounds__(128) bulk_pages(Params p) {
     const int req = u / p.units_per_req, chunk = u % p.units_per_req;
     const int page = __ldg(p.pages + req * p.pages_per_req + chunk * tiles + t);
     const int s = step % kS;
-    if (threadIdx.x == 0) dd::mbar_arrive_expect_tx(s_bar + s * 8, kStageBytes);
+    if (threadIdx.x == 0) mbar_arrive_expect_tx(s_bar + s * 8, kStageBytes);
     __syncwarp();
     constexpr int kPieceBytes = kPageBytes / kPieces;
     for (int i = threadIdx.x; i < 2 * kPieces; i += 32) {
       const unsigned char* src = (i < kPieces ? p.k : p.v) + int64_t{page} * kPageBytes + (i % kPieces) * kPieceBytes;
-      dd::bulk_copy(tile::smem_addr(smem) + s * kStageBytes + i * kPieceBytes, src, kPieceBytes, s_bar + s * 8);
+      bulk_copy(tile::smem_addr(smem) + s * kStageBytes + i * kPieceBytes, src, kPieceBytes, s_bar + s * 8);
     }
   };
   for (int s = 0; s < kS - 1; ++s) issue(s);

@@ -55,41 +55,43 @@ __global__ void store_rows_kernel(StoreSide<Src, Dst> k, StoreSide<Src, Dst> v, 
   }
 }
 
-// The launch for one (source, pool) type pair; `v_src` null stores K only (an MLA latent cache).
+// One launch's rows: K (and V, where v_src is not null) of `n` tokens, `row` elements each.
+struct RowsToStore {
+  void* k_pool;
+  void* v_pool;
+  const void* k_src;
+  const void* v_src;  // null: K only (an MLA latent cache, or V stored by its own launch)
+  float k_inv, v_inv;
+  const int64_t* loc;
+  int64_t n, row;
+};
+
 template <typename Src, typename Dst>
-void launch_store(void* k_pool, void* v_pool, const void* k_src, const void* v_src, float k_inv, float v_inv,
-                  const int64_t* loc, int64_t n, int64_t row) {
-  const StoreSide<Src, Dst> k{static_cast<Dst*>(k_pool), static_cast<const Src*>(k_src), k_inv};
-  const StoreSide<Src, Dst> v{static_cast<Dst*>(v_pool), static_cast<const Src*>(v_src), v_inv};
-  const dim3 grid(static_cast<unsigned>(n), v_src == nullptr ? 1u : 2u);
-  store_rows_kernel<<<grid, 128>>>(k, v, loc, row);
+void launch_store(const RowsToStore& r) {
+  const StoreSide<Src, Dst> k{static_cast<Dst*>(r.k_pool), static_cast<const Src*>(r.k_src), r.k_inv};
+  const StoreSide<Src, Dst> v{static_cast<Dst*>(r.v_pool), static_cast<const Src*>(r.v_src), r.v_inv};
+  const dim3 grid(static_cast<unsigned>(r.n), r.v_src == nullptr ? 1u : 2u);
+  store_rows_kernel<<<grid, 128>>>(k, v, r.loc, r.row);
 }
 
 template <typename Src>
-void launch_for_src(DType pool_dtype, void* k_pool, void* v_pool, const void* k_src, const void* v_src, float k_inv,
-                    float v_inv, const int64_t* loc, int64_t n, int64_t row) {
+void launch_for_src(DType pool_dtype, const RowsToStore& r) {
   switch (pool_dtype) {
-    case DType::f32: launch_store<Src, float>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
-    case DType::f16: launch_store<Src, __half>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
-    case DType::bf16: launch_store<Src, __nv_bfloat16>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
-    case DType::e4m3:
-      launch_store<Src, __nv_fp8_storage_t>(k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row);
-      break;
+    case DType::f32: launch_store<Src, float>(r); break;
+    case DType::f16: launch_store<Src, __half>(r); break;
+    case DType::bf16: launch_store<Src, __nv_bfloat16>(r); break;
+    case DType::e4m3: launch_store<Src, __nv_fp8_storage_t>(r); break;
     default: throw Error(detail::concat("store_kv: cache dtype ", dtype_name(pool_dtype), " is not supported"));
   }
-  ATTNKIT_CUDA_CHECK_LAUNCH("store_rows_kernel [", n, " tokens x ", row, " elements", v_src ? ", K and V" : "",
+  ATTNKIT_CUDA_CHECK_LAUNCH("store_rows_kernel [", r.n, " tokens x ", r.row, " elements", r.v_src ? ", K and V" : "",
                             "] -> ", dtype_name(pool_dtype));
 }
 
-// Stores K (and V, when v_src is not null) rows of `n` tokens, `row` elements each, of type `src_dtype`.
-void store_rows(DType pool_dtype, DType src_dtype, void* k_pool, void* v_pool, const void* k_src, const void* v_src,
-                float k_inv, float v_inv, const int64_t* loc, int64_t n, int64_t row) {
+void store_rows(DType pool_dtype, DType src_dtype, const RowsToStore& r) {
   switch (src_dtype) {
-    case DType::f32: launch_for_src<float>(pool_dtype, k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
-    case DType::f16: launch_for_src<__half>(pool_dtype, k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row); break;
-    case DType::bf16:
-      launch_for_src<__nv_bfloat16>(pool_dtype, k_pool, v_pool, k_src, v_src, k_inv, v_inv, loc, n, row);
-      break;
+    case DType::f32: launch_for_src<float>(pool_dtype, r); break;
+    case DType::f16: launch_for_src<__half>(pool_dtype, r); break;
+    case DType::bf16: launch_for_src<__nv_bfloat16>(pool_dtype, r); break;
     default: throw Error(detail::concat("store_kv: source dtype ", dtype_name(src_dtype), " is not supported"));
   }
 }
@@ -104,13 +106,13 @@ void store_kv_cuda(const KvCacheConfig& config, void* k_pool, void* v_pool, cons
   const int64_t k_row = k.numel() / num_tokens;
   // K and V in one launch where they agree in type and row length (always, for a dense model's step).
   if (!config.mla && v.dtype == k.dtype && v.numel() == k.numel()) {
-    store_rows(config.dtype, k.dtype, k_pool, v_pool, k.data, v.data, k_inv, v_inv, out_cache_loc, num_tokens, k_row);
+    store_rows(config.dtype, k.dtype, {k_pool, v_pool, k.data, v.data, k_inv, v_inv, out_cache_loc, num_tokens, k_row});
     return;
   }
-  store_rows(config.dtype, k.dtype, k_pool, nullptr, k.data, nullptr, k_inv, 1.0f, out_cache_loc, num_tokens, k_row);
+  store_rows(config.dtype, k.dtype, {k_pool, nullptr, k.data, nullptr, k_inv, 1.0f, out_cache_loc, num_tokens, k_row});
   if (!config.mla) {
-    store_rows(config.dtype, v.dtype, v_pool, nullptr, v.data, nullptr, v_inv, 1.0f, out_cache_loc, num_tokens,
-               v.numel() / num_tokens);
+    store_rows(config.dtype, v.dtype,
+               {v_pool, nullptr, v.data, nullptr, v_inv, 1.0f, out_cache_loc, num_tokens, v.numel() / num_tokens});
   }
 }
 

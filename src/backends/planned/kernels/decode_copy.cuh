@@ -1,6 +1,5 @@
-// The decode kernel's copy side: mbarrier wrappers (and the bulk-copy ones that
-// bench/decode_read_bench.cu compares against), the work item loads, how one warp copies its 16
-// key rows of a K/V tile, and the query rows. The mainloop that consumes them is decode_kernel.cuh.
+// The decode kernel's copy side: mbarrier wrappers, the work item loads, how one warp copies its
+// 16 key rows of a K/V tile, and the query rows. The mainloop that consumes them is decode_kernel.cuh.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +18,6 @@ __device__ __forceinline__ void mbar_init(uint32_t s_bar, int count) {
 __device__ __forceinline__ void mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t s_bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(s_bar), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void mbar_wait(uint32_t s_bar, uint32_t parity) {
   uint32_t done = 0;
   do {
@@ -31,13 +27,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t s_bar, uint32_t parity) {
         : "r"(s_bar), "r"(parity)
         : "memory");
   } while (done == 0);
-}
-// `bytes` (a multiple of 16) global -> shared by the copy engine; completes on s_bar's transaction
-// count. Both addresses 16-byte aligned.
-__device__ __forceinline__ void bulk_copy(uint32_t s_dst, const void* g_src, int bytes, uint32_t s_bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(s_dst),
-               "l"(g_src), "r"(bytes), "r"(s_bar)
-               : "memory");
 }
 
 // The transpose of an 8x8 matrix of 16-bit values held one 32-bit pair a lane (lane 4r + c holds

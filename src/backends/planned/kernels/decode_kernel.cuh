@@ -27,9 +27,6 @@ struct DecodeConfig {
   // A cache in another type than q is converted per warp, in shared memory, before the mma.
   static constexpr bool kConvert = !std::is_same_v<T, TKv>;
   static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKv));  // one cached row
-  // Rows lie packed; those ldmatrix reads are swizzled (tile::swizzle), those converted first are
-  // read by consecutive lanes along the row and lie as in memory.
-  static constexpr int kRowStride = kRowBytes;
   // How many tiles a warp has in flight and how many CTAs share an SM. D=128 16-bit: 2 stages and
   // 3 CTAs (12 warps an SM, registers capped at 168), which measured 8% faster on the H200 than
   // 3 stages and 2 CTAs with the same bytes in flight. D=64: 4 stages (3 CTAs); D=256: 3 (1 CTA),
@@ -40,7 +37,8 @@ struct DecodeConfig {
       kHeadDim == 64 ? 4 : (kThreeCtas || (kHeadDim == 256 && kConvert && sizeof(TKv) == 2) ? 2 : 3);
   // CTAs an SM must hold: __launch_bounds__ caps the registers so that they fit.
   static constexpr int kMinCtas = kThreeCtas ? 3 : 1;
-  static constexpr int kTileBytes = kBlockN * kRowStride;  // K or V of a stage
+  // K or V of a stage: rows packed (decode_detail::stage_offset places each 16-byte piece).
+  static constexpr int kTileBytes = kBlockN * kRowBytes;
   static constexpr int kStageBytes = 2 * kTileBytes;
   // Where warps meet at an item's end: [kWarps, kRows, kHeadDim] f32 = 128 * kHeadDim bytes, in the
   // stage just consumed (16-bit tiles in the mma type) or the conversion buffer.
@@ -201,7 +199,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
         const int mat = idx / (16 * kRawCpr), rem = idx % (16 * kRawCpr);
         const int r = rem / kRawCpr, c = rem % kRawCpr;
         const uint4 raw = *reinterpret_cast<const uint4*>(s_stage + mat * C::kTileBytes +
-                                                          (warp * 16 + r) * C::kRowStride + c * 16);
+                                                          (warp * 16 + r) * C::kRowBytes + c * 16);
         uint4 out[2];
         dd::convert_chunk<T, typename C::TKv>(raw, out);
         unsigned char* dst = s_conv + mat * (16 * kD * 2);
