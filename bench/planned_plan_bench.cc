@@ -2,6 +2,7 @@
 // the batch's CSR arrays written into the staging layout (everything but the one upload call).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -12,13 +13,15 @@ namespace {
 using namespace attnkit;
 using namespace attnkit::planned;
 
-// A decode batch of `n` requests (llama3-8b heads, page size 16): lengths drawn from
-// [128, max_len] (a single request: max_len), or the skewed mix (half 128, half 8192) when
-// max_len is 0.
-ForwardBatch make_batch(int n, int max_len, uint64_t seed) {
+// How a batch's history lengths are chosen.
+enum Lengths { kUniform = 0, kRandom = 1, kSkewed = 2 };
+
+// A decode batch of `n` requests (llama3-8b heads, page size 16): every history `max_len` long,
+// lengths drawn from [128, max_len], or the skewed mix (half 128, half 8192).
+ForwardBatch make_batch(int n, int max_len, Lengths lengths, uint64_t seed) {
   constexpr int kPage = 16;
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> len_dist(128, max_len > 0 ? max_len : 128);
+  std::uniform_int_distribution<int> len_dist(128, std::max(max_len, 128));
   ForwardBatch b;
   b.mode = ForwardMode::decode;
   b.page_size = kPage;
@@ -26,7 +29,7 @@ ForwardBatch make_batch(int n, int max_len, uint64_t seed) {
   b.kv_page_indptr.push_back(0);
   int next_page = 0;
   for (int i = 0; i < n; ++i) {
-    const int kv_len = max_len <= 0 ? (i % 2 == 0 ? 128 : 8192) : n == 1 ? max_len : len_dist(rng);
+    const int kv_len = lengths == kSkewed ? (i % 2 == 0 ? 128 : 8192) : lengths == kRandom ? len_dist(rng) : max_len;
     const int pages = (kv_len + kPage - 1) / kPage;
     for (int p = 0; p < pages; ++p) b.kv_page_indices.push_back(next_page++);
     b.qo_indptr.push_back(i + 1);
@@ -48,7 +51,8 @@ PlanShape llama3_8b_shape() {
 }
 
 void BM_PlanDecode(benchmark::State& state) {
-  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 1);
+  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                                    static_cast<Lengths>(state.range(2)), 1);
   const PlanShape shape = llama3_8b_shape();
   const PlanCapacity cap = capacity_for(b, shape);
   const PlanLayout layout = make_layout(cap, shape, 1);
@@ -64,7 +68,8 @@ void BM_PlanDecode(benchmark::State& state) {
 }
 
 void BM_PlanDecodeWithBatchArrays(benchmark::State& state) {
-  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 1);
+  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                                    static_cast<Lengths>(state.range(2)), 1);
   const PlanShape shape = llama3_8b_shape();
   for (auto _ : state) {
     const PlanCapacity cap = capacity_for(b, shape);
@@ -78,9 +83,18 @@ void BM_PlanDecodeWithBatchArrays(benchmark::State& state) {
   state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
 }
 
-// (requests, max kv_len; 0 = the skewed 128/8192 mix)
-BENCHMARK(BM_PlanDecode)->Args({256, 4096})->Args({256, 16384})->Args({64, 16384})->Args({64, 0})->Args({1, 32768});
-BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096})->Args({256, 512});
+// (requests, kv_len or its maximum, Lengths)
+BENCHMARK(BM_PlanDecode)
+    ->Args({256, 4096, kRandom})
+    ->Args({256, 16384, kRandom})
+    ->Args({64, 16384, kRandom})
+    ->Args({64, 0, kSkewed})
+    ->Args({64, 16384, kUniform})
+    ->Args({128, 8192, kUniform})
+    ->Args({64, 4096, kUniform})
+    ->Args({16, 8192, kUniform})
+    ->Args({1, 32768, kUniform});
+BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096, kRandom})->Args({256, 512, kRandom});
 
 }  // namespace
 

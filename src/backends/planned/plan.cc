@@ -69,11 +69,19 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   int64_t assigned = 0;  // cost of the lanes already closed
   int64_t load = 0;      // cost given to the open lane
   int64_t max_load = 0;
-  // Lane l ends where a (l + 1) / num_lanes share of the budget ends: a lane that closed light or
-  // heavy moves only the next lane's end, never the shares of all the lanes after it (which,
-  // recomputed from what is left, drifted up when many lanes closed light, and left the busiest
-  // lane 20% over the mean on short histories).
-  auto share = [&] { return ((lane + 1) * budget + num_lanes - 1) / num_lanes - assigned; };
+  // Lane l aims to end where a (l + 1) / num_lanes share of the budget ends, so a lane that closed
+  // light or heavy moves the ends of the lanes after it by no more than it missed. (Shares
+  // recomputed from what is left drifted up when many lanes closed light, and left the busiest
+  // lane 20% over the mean on short histories.) What light lanes left is made up a little at a
+  // time: kCatchUp a lane, or an even part of it over the lanes left where that is more. Given to
+  // the next lane at once, one unit's end that closed a lane light made its neighbour 19% heavier
+  // than the mean.
+  const int64_t mean_share = (budget + num_lanes - 1) / num_lanes;
+  auto share = [&] {
+    const int64_t to_prefix_end = ((lane + 1) * budget + num_lanes - 1) / num_lanes - assigned;
+    const int64_t even_part = (budget - assigned + num_lanes - lane - 1) / (num_lanes - lane);
+    return std::min(to_prefix_end, std::max(mean_share + kCatchUp, even_part));
+  };
   int64_t target = share();
   auto close_lane = [&] {
     max_load = std::max(max_load, load);
@@ -103,13 +111,19 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
           int take = rest;
           if (!last_lane && rest + kItemCost > room) {
             // Cut what fits, in whole tiles; never a chunk or a tail shorter than kMinChunk.
-            const int fit = static_cast<int>((room - kItemCost) / kDecodeTileKv * kDecodeTileKv);
+            const int fit = static_cast<int>((room - kItemCost) / kChunkGrain * kChunkGrain);
             if (fit < kMinChunk && load > 0) {  // no room for a minimum chunk: the next lane takes it
               close_lane();
               continue;
             }
             take = std::max(fit, kMinChunk);
-            if (rest - take < kMinChunk) take = rest;
+            if (rest - take < kMinChunk) {
+              // The tail would be shorter than a minimum chunk. Taking it too overshoots the share
+              // for good; leaving a minimum chunk for the next lane only closes this one light,
+              // which the next lane's fixed end makes up. So take it only when it barely shows.
+              const int64_t overshoot = rest + kItemCost - room;
+              take = overshoot > kItemCost && rest - kMinChunk >= kMinChunk ? rest - kMinChunk : rest;
+            }
           }
           chunks.push_back({i, hb, slice, begin, begin + take, lane, 0, 1, -1, -1});
           load += take + kItemCost;

@@ -24,6 +24,11 @@ namespace attnkit::planned {
 // kMinChunk unless its history is, so a split's merge stays cheap next to the chunk it joins.
 inline constexpr int kItemCost = kDecodeTileKv;
 inline constexpr int kMinChunk = 4 * kDecodeTileKv;
+// Chunks are cut at multiples of this many positions: a warp's 16 keys then stay in one page of 16
+// or more (the copy's fast path), while shares of a few hundred positions still divide finely.
+inline constexpr int kChunkGrain = 16;
+// The most a lane takes beyond the mean share to make up for lanes that closed light.
+inline constexpr int kCatchUp = kItemCost / 2;
 
 struct PlanShape {
   int num_qo_heads = 0;
