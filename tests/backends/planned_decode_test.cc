@@ -259,7 +259,8 @@ TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
     }
     EXPECT_LE(max_err / std::max(max_ref, 1.0e-30), harness::default_tolerance(DType::bf16, DType::bf16))
         << "layer " << layer << ": max error " << max_err << " of max " << max_ref;
-    // The step's K/V rows are in the cache, bit for bit.
+    // The step's K/V rows are in the cache, bit for bit (a decode-only batch of the cache's own
+    // dtype is stored by the decode kernel itself, no store kernel).
     const size_t row_bytes = 2 * 64 * 2;  // 2 KV heads x 64 x bf16: one slot
     for (int64_t t = 0; t < n; ++t) {
       const int64_t slot = dev_batch.out_cache_loc[static_cast<size_t>(t)];

@@ -185,15 +185,21 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   }
 #endif
 
-  cache().store(layer, k, v, TensorView(active_->device<int64_t>(l.out_cache_loc), DType::i64, Device::cuda,
-                                        {b.num_tokens()}));
+  const int var = layer_variant_[static_cast<size_t>(layer)];
+  // A graph captured on the frozen buffer must launch the same kernels whatever plan it replays.
+  const bool graph = active_ == &graph_;
+  int64_t* out_cache_loc = active_->device<int64_t>(l.out_cache_loc);
+  // A decode-only batch whose K/V need no conversion is stored by the decode kernel itself (the
+  // chunk that owns each request's new key writes it): one launch a layer instead of two.
+  const bool store_in_decode = num_prefill_items_ == 0 && (stats_[var].num_items > 0 || graph) &&
+                               k.dtype == c.dtype && v.dtype == c.dtype && !fp8 && b.num_tokens() > 0;
+  if (!store_in_decode) {
+    cache().store(layer, k, v, TensorView(out_cache_loc, DType::i64, Device::cuda, {b.num_tokens()}));
+  }
 #ifdef ATTNKIT_PLANNED_PREFILL
   if (num_prefill_items_ > 0) planned::launch_prefill(pre, stream());
 #endif
 
-  const int var = layer_variant_[static_cast<size_t>(layer)];
-  // A graph captured on the frozen buffer must launch the same kernels whatever plan it replays.
-  const bool graph = active_ == &graph_;
   if (stats_[var].num_items == 0 && !graph) return;
   planned::DecodeParams dec;
   dec.q = q.data;
@@ -204,6 +210,11 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.custom_mask = mask;
   dec.custom_mask_indptr = mask_indptr;
   dec.sinks = sinks;
+  if (store_in_decode) {
+    dec.new_k = k.data;
+    dec.new_v = v.data;
+    dec.out_cache_loc = out_cache_loc;
+  }
   dec.cta_item_indptr = active_->device<int32_t>(l.cta_item_indptr[var]);
   dec.items = active_->device<planned::DecodeWorkItem>(l.decode_items[var]);
   const size_t partial_rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;

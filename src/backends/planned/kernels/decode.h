@@ -33,7 +33,8 @@ struct DecodeWorkItem {
   int32_t kv_end;       // > kv_begin: the planner never emits an empty item
   int32_t partial_idx;  // -1: the whole answer, written to out; else the partial slot it writes
   int32_t merge_idx;    // partial_idx >= 0: the merge item that joins it; else -1
-  int32_t reserved[3];
+  int32_t owns_new_key; // 1: kv_end is the request's length, so the chunk holds this step's key
+  int32_t reserved[2];
 };
 
 // Joins the partials of one split (token, KV head, slice): partial slots
@@ -51,12 +52,18 @@ struct DecodeMergeItem {
 struct DecodeParams {
   const void* q;  // [num_tokens, num_qo_heads, head_dim] q_dtype, never null
   void* out;      // [num_tokens, num_qo_heads, head_dim] q_dtype, never null
-  const void* k_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null
-  const void* v_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null
+  void* k_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
+  void* v_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
   const int32_t* kv_page_indices;     // [num_pages in the batch], never null
   const uint8_t* custom_mask;         // [custom_mask_indptr[batch_size]] or null
   const int64_t* custom_mask_indptr;  // [batch_size + 1] or null (null: no request has a mask)
   const float* sinks;                 // [num_qo_heads] natural-log logits, or null
+  // This step's K and V rows, [num_tokens, num_kv_heads, head_dim] kv_dtype, when the kernel also
+  // stores them: the chunk that owns a request's new key reads it from here and writes it to the
+  // cache at out_cache_loc (no store kernel runs). Null: the cache already holds them.
+  const void* new_k = nullptr;
+  const void* new_v = nullptr;
+  const int64_t* out_cache_loc = nullptr;  // [num_tokens], with new_k
 
   // The plan (device). Items of CTA c: [cta_item_indptr[c], cta_item_indptr[c + 1]).
   const int32_t* cta_item_indptr;  // [num_ctas + 1], never null

@@ -42,8 +42,8 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 __device__ __forceinline__ DecodeWorkItem load_item(const DecodeWorkItem* g_items, int idx) {
   const int4* src = reinterpret_cast<const int4*>(g_items + idx);
   const int4 a = __ldg(src), b = __ldg(src + 1);
-  const int merge_idx = __ldg(reinterpret_cast<const int*>(src + 2));
-  return {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, merge_idx, {0, 0, 0}};
+  const int2 c = __ldg(reinterpret_cast<const int2*>(src + 2));
+  return {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, {0, 0}};
 }
 
 __device__ __forceinline__ int num_tiles(const DecodeWorkItem& it) {
@@ -110,7 +110,14 @@ __device__ __forceinline__ void issue_rows(const DecodeParams& p, const DecodeWo
   const uint32_t s_half = s_stage + half * C::kTileBytes;
   const int key0 = it.kv_begin + tile * kDecodeTileKv + warp * 16;
   const int in_page0 = page_shift >= 0 ? key0 & (p.page_size - 1) : key0 % p.page_size;
-  if (key0 + 16 <= it.kv_end && in_page0 + 16 <= p.page_size) {
+  // Where this kernel also stores the step's K/V, the chunk's last key comes from the input row.
+  const bool new_from_input = p.new_k != nullptr && it.owns_new_key != 0;
+  const TKv* g_new = nullptr;
+  if (new_from_input) {
+    g_new = static_cast<const TKv*>(half == 0 ? p.new_k : p.new_v) +
+            (int64_t{it.token_idx} * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * (16 / sizeof(TKv));
+  }
+  if (key0 + 16 <= it.kv_end - (new_from_input ? 1 : 0) && in_page0 + 16 <= p.page_size) {
     // The usual case: the warp's 16 keys are consecutive slots of one page, so its rows lie a
     // constant stride apart and the copy loop is an address add and a copy a row.
     const int64_t row_stride = int64_t{p.num_kv_heads} * C::kHeadDim;
@@ -130,12 +137,35 @@ __device__ __forceinline__ void issue_rows(const DecodeParams& p, const DecodeWo
       const int key = lane_key(it, tile, warp, row);
       const int in_page = page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
       const int64_t slot = int64_t{row_page} * p.page_size + in_page;
-      const TKv* g_src =
-          g_pool + (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * (16 / sizeof(TKv));
+      const TKv* g_src = new_from_input && key == it.kv_end - 1
+                             ? g_new
+                             : g_pool + (slot * p.num_kv_heads + it.kv_head_idx) * C::kHeadDim + chunk * (16 / sizeof(TKv));
       tile::cp_async_16(s_half + stage_offset<C>(warp * 16 + row, chunk), g_src, true);
     }
   }
   cp_async_arrive(s_bar);
+}
+
+// This step's K and V rows of the item's KV head into the cache slot out_cache_loc[token], by the
+// warp whose tile rows hold them (the item's last key, copied from the input into `s_stage`): from
+// shared memory, so no load of the input stalls the item's end. Where the cache is converted the
+// raw stage is already refilled, and the rows are copied from the input instead.
+template <typename C>
+__device__ __forceinline__ void store_new_rows(const DecodeParams& p, const DecodeWorkItem& it, int lane,
+                                               const unsigned char* s_stage, int tile_row) {
+  constexpr int kChunks = C::kRowBytes / 16;
+  const int64_t src_row = (int64_t{it.token_idx} * p.num_kv_heads + it.kv_head_idx) * C::kRowBytes;
+  const int64_t dst_row = (p.out_cache_loc[it.token_idx] * p.num_kv_heads + it.kv_head_idx) * C::kRowBytes;
+  for (int idx = lane; idx < 2 * kChunks; idx += 32) {
+    const int half = idx / kChunks, c = idx % kChunks;
+    uint4 x;
+    if constexpr (C::kConvert) {
+      x = *reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(half ? p.new_v : p.new_k) + src_row + c * 16);
+    } else {
+      x = *reinterpret_cast<const uint4*>(s_stage + half * C::kTileBytes + stage_offset<C>(tile_row, c));
+    }
+    *reinterpret_cast<uint4*>(static_cast<unsigned char*>(half ? p.v_pool : p.k_pool) + dst_row + c * 16) = x;
+  }
 }
 
 // The item's query rows into shared memory (swizzled like the extend kernel's tiles, so the 8 rows

@@ -301,6 +301,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       tile::mma_16816<T>(r_o[dn], a, b_p0, b_p1);
     }
 
+    // The chunk that owns this step's key stores it, from the tile row it was copied into (the item's
+    // last key is in its last tile; the warp that holds that row writes it).
+    if (item_last && p.new_k != nullptr && c_it.owns_new_key != 0 && c_it.row_begin == 0) {
+      const int tile_row = (c_it.kv_end - 1 - c_it.kv_begin) % C::kBlockN;
+      if (tile_row / 16 == warp) dd::store_new_rows<C>(p, c_it, lane, s_stage, tile_row);
+    }
     if (!item_last) {
       ++c_tile;
       if constexpr (!C::kConvert) {
