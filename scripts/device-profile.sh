@@ -8,7 +8,8 @@
 # Shape names are bench/peers/shapes.py's. Per shape: every kernel of one attnkit forward with its
 # time and DRAM bytes, then the full sections of attnkit's main kernel and of the peer's.
 # Env: PROFILE_PEER (default flashinfer-decode-tc; "none" skips it), ATTNKIT_KERNEL (regex,
-# default decode_kernel), PEER_KERNEL (regex, default Prefill|Decode), BACKEND (default planned).
+# default decode_kernel), PEER_KERNEL (regex, default Prefill|Decode), BACKEND (default planned),
+# PROFILE_METRICS ("a,b": only these metrics of the two main kernels, e.g. sm__cycles_active.max).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +20,7 @@ backend="${BACKEND:-planned}"
 peer="${PROFILE_PEER:-flashinfer-decode-tc}"
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Chart
   --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats)
+[[ -n "${PROFILE_METRICS:-}" ]] && sections=(--metrics "$PROFILE_METRICS")
 # Clocks are left as they are (the machine's notes ask for it; it is also how the benchmarks run).
 ncu_base=(ncu --clock-control none --target-processes all)
 
@@ -55,9 +57,9 @@ for shape in "$@"; do
   args=$(bench_args "$shape") || { echo "unknown shape: $shape"; continue; }
   echo "==================== $shape: attnkit $backend ($args)"
   # Every kernel of the 4th..6th timed forwards (store, decode, merge...): time and DRAM bytes.
-  "${ncu_base[@]}" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+  [[ -z "${PROFILE_METRICS:-}" ]] && "${ncu_base[@]}" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
     -s 12 -c 9 dist/attnkit bench --backend "$backend" $args --warmup 2 --repeats 4 >"$out/ncu.$tag.kernels.txt" 2>&1
-  grep -E "^\s+[a-z_]+.*\(|gpu__time|dram__|lts__|sm__throughput" "$out/ncu.$tag.kernels.txt" | head -80
+  [[ -z "${PROFILE_METRICS:-}" ]] && grep -E "^\s+[a-z_]+.*\(|gpu__time|dram__|lts__|sm__throughput" "$out/ncu.$tag.kernels.txt" | head -80
   "${ncu_base[@]}" -k "regex:${ATTNKIT_KERNEL:-decode_kernel}" -s 2 -c 1 "${sections[@]}" \
     dist/attnkit bench --backend "$backend" $args --warmup 2 --repeats 2 >"$out/ncu.$tag.attnkit.txt" 2>&1
   tail -n +1 "$out/ncu.$tag.attnkit.txt" | grep -vE "^==PROF==|^\s*$" | head -150

@@ -84,6 +84,7 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
   // The joins' counters start at zero; each joining CTA puts its own back to zero.
   merge_counters_ = Buffer(Device::cuda, std::max<size_t>(planned::max_decode_merges(shape_) * sizeof(int32_t), 16));
   ATTNKIT_CUDA_CHECK(cudaMemset(merge_counters_.data(), 0, merge_counters_.nbytes()));
+  timeline_ = planned::DecodeTimeline::from_environment(shape_.num_ctas);
 }
 
 void PlannedBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages) {
@@ -116,8 +117,9 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   const planned::PlanLayout& layout = arena->layout();
   planned::write_batch_arrays(batch, layout, staging);
   for (int v = 0; v < num_variants(); ++v) {
-    stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)],
-                                     planned::decode_view(layout, arena->capacity(), shape_, v, staging));
+    const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, v, staging);
+    stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);
+    if (timeline_ && v == 0) timeline_->set_plan(view.cta_item_indptr, view.items);
   }
   num_prefill_items_ = 0;
   if (need.prefill_items > 0) {
@@ -234,7 +236,9 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.v_scale = fp8 ? c.v_scale : 1.0f;
   dec.q_dtype = q.dtype;
   dec.kv_dtype = c.dtype;
+  if (timeline_) dec.timeline = timeline_->device();
   planned::launch_decode(dec, stream());
+  if (timeline_) timeline_->write_after(stream());
 }
 
 void register_planned_backend(Registry& registry) {

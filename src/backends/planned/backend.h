@@ -9,6 +9,7 @@
 #include "attnkit/backend.h"
 #include "backends/planned/graph_state.h"
 #include "backends/planned/plan.h"
+#include "backends/planned/timeline.h"
 
 namespace attnkit {
 
@@ -55,6 +56,7 @@ class PlannedBackend final : public AttentionBackend {
   Buffer merge_counters_;  // [max_merges] int32, zero between launches
   Buffer partials_;  // partial_o [max_partials, kDecodeRows, head_dim] then partial_lse [max_partials, kDecodeRows]
   Buffer sinks_;     // [num_layers, num_qo_heads] f32
+  std::unique_ptr<planned::DecodeTimeline> timeline_;  // diagnostics; null unless asked for
 };
 
 }  // namespace attnkit

@@ -73,6 +73,10 @@ struct DecodeParams {
   const DecodeMergeItem* merges;   // the plan's merge items, or null when no item is split
   int32_t* merge_counters;         // [max_merges], zero between launches (the joining CTA resets its own)
 
+  // Diagnostics, normally null: [num_ctas, kTimelineSlots], each CTA's SM and %globaltimer (ns) at
+  // its entry, when its first tile landed, when its last tile was consumed, and at its exit.
+  unsigned long long* timeline = nullptr;
+
   int num_ctas = 0;    // the persistent grid: fixed, so a captured graph replays any plan
   int num_qo_heads = 0;
   int num_kv_heads = 0;
@@ -85,6 +89,9 @@ struct DecodeParams {
   DType q_dtype = DType::bf16;   // bf16 or f16 (q and out)
   DType kv_dtype = DType::bf16;  // bf16, f16 or e4m3
 };
+
+// Slots of a CTA's timeline record: SM id, entry, first tile landed, last tile consumed, exit.
+inline constexpr int kTimelineSlots = 5;
 
 // Empty when the decode kernel runs this shape; else the reason, naming the field.
 std::string decode_unsupported(int head_dim, DType q_dtype, DType kv_dtype);

@@ -106,10 +106,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   float* s_m = reinterpret_cast<float*>(smem + C::kMlOffset);  // [kWarps, kRows]
   float* s_l = s_m + C::kWarps * C::kRows;                      // [kWarps, kRows]
 
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // Diagnostics only (p.timeline is normally null): when this CTA reached slot `slot`.
+  auto mark = [&](int slot) {
+    if (p.timeline == nullptr || tid != 0) return;
+    unsigned long long now, sm;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    asm volatile("cvt.u64.u32 %0, %%smid;" : "=l"(sm));
+    p.timeline[blockIdx.x * kTimelineSlots] = sm;
+    p.timeline[blockIdx.x * kTimelineSlots + slot] = now;
+  };
+  mark(1);
   const int item_begin = p.cta_item_indptr[blockIdx.x];
   const int item_end = p.cta_item_indptr[blockIdx.x + 1];
-  if (item_begin >= item_end) return;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (item_begin >= item_end) {
+    mark(4);
+    return;
+  }
   const int g = lane / 4, t = lane % 4;  // mma fragment row and column of this lane
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int page_shift = (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
@@ -187,6 +200,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     // This tile's K, and with a conversion its V as well (both are converted at once).
     dd::mbar_wait(bar(stage, 0), parity);
     if constexpr (C::kConvert) dd::mbar_wait(bar(stage, 1), parity);
+    if (it_idx == 0) mark(2);
 
     unsigned char* s_stage = smem + stage * C::kStageBytes;
     uint32_t s_k, s_v;
@@ -319,6 +333,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     // The item's last tile: the four warps' states meet in shared memory and are written out. The
     // stage just consumed has no copy in flight: its next tile is issued after the last barrier.
     __syncthreads();  // every warp is done reading the stage (or conversion buffer) reused here
+    if (c_item + 1 == item_end) mark(3);
     float* s_o = reinterpret_cast<float*>(C::kConvert ? smem + C::kConvOffset : s_stage);  // [kWarps, kRows, kD]
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -390,6 +405,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
 #pragma unroll
     for (int n = 0; n < kDt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
   }
+  mark(4);
 }
 
 }  // namespace attnkit::planned

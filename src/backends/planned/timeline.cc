@@ -1,0 +1,53 @@
+#include "backends/planned/timeline.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "attnkit/error.h"
+#include "cuda/check.h"
+
+namespace attnkit::planned {
+
+std::unique_ptr<DecodeTimeline> DecodeTimeline::from_environment(int num_ctas) {
+  const char* path = std::getenv("ATTNKIT_DECODE_TIMELINE");
+  if (path == nullptr || *path == '\0') return nullptr;
+  return std::unique_ptr<DecodeTimeline>(new DecodeTimeline(path, num_ctas));
+}
+
+DecodeTimeline::DecodeTimeline(std::string path, int num_ctas)
+    : path_(std::move(path)),
+      num_ctas_(num_ctas),
+      records_(Device::cuda, static_cast<size_t>(num_ctas) * kTimelineSlots * sizeof(unsigned long long)),
+      cta_items_(static_cast<size_t>(num_ctas), 0),
+      cta_keys_(static_cast<size_t>(num_ctas), 0) {}
+
+void DecodeTimeline::set_plan(std::span<const int32_t> cta_item_indptr, std::span<const DecodeWorkItem> items) {
+  for (int c = 0; c < num_ctas_; ++c) {
+    const int begin = cta_item_indptr[static_cast<size_t>(c)], end = cta_item_indptr[static_cast<size_t>(c) + 1];
+    int keys = 0;
+    for (int i = begin; i < end; ++i) keys += items[static_cast<size_t>(i)].kv_end - items[static_cast<size_t>(i)].kv_begin;
+    cta_items_[static_cast<size_t>(c)] = end - begin;
+    cta_keys_[static_cast<size_t>(c)] = keys;
+  }
+}
+
+void DecodeTimeline::write_after(cudaStream_t stream) const {
+  ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<unsigned long long> r(static_cast<size_t>(num_ctas_) * kTimelineSlots);
+  ATTNKIT_CUDA_CHECK(cudaMemcpy(r.data(), records_.data(), r.size() * sizeof(r[0]), cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull;
+  for (int c = 0; c < num_ctas_; ++c) t0 = std::min(t0, r[static_cast<size_t>(c) * kTimelineSlots + 1]);
+  std::ofstream f(path_);
+  ATTNKIT_CHECK(f.good(), "ATTNKIT_DECODE_TIMELINE: cannot write ", path_);
+  f << "cta,sm,items,keys,entry_ns,first_tile_ns,last_tile_ns,exit_ns\n";
+  for (int c = 0; c < num_ctas_; ++c) {
+    const unsigned long long* x = r.data() + static_cast<size_t>(c) * kTimelineSlots;
+    // A CTA without items records no tiles: its tile times are its exit.
+    const unsigned long long first = cta_items_[static_cast<size_t>(c)] > 0 ? x[2] : x[4];
+    const unsigned long long last = cta_items_[static_cast<size_t>(c)] > 0 ? x[3] : x[4];
+    f << c << ',' << x[0] << ',' << cta_items_[static_cast<size_t>(c)] << ',' << cta_keys_[static_cast<size_t>(c)] << ','
+      << x[1] - t0 << ',' << first - t0 << ',' << last - t0 << ',' << x[4] - t0 << '\n';
+  }
+}
+
+}  // namespace attnkit::planned
