@@ -82,8 +82,7 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
   const size_t rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;
   partials_ = Buffer(Device::cuda, std::max<size_t>(rows * (static_cast<size_t>(shape_.head_dim) + 1) * 4, 16));
   // The joins' counters start at zero; each joining CTA puts its own back to zero.
-  // ... followed by the shared tail's two counters, which the last CTA of each launch resets.
-  merge_counters_ = Buffer(Device::cuda, (planned::max_decode_merges(shape_) + 2) * sizeof(int32_t));
+  merge_counters_ = Buffer(Device::cuda, std::max<size_t>(planned::max_decode_merges(shape_) * sizeof(int32_t), 16));
   ATTNKIT_CUDA_CHECK(cudaMemset(merge_counters_.data(), 0, merge_counters_.nbytes()));
   timeline_ = planned::DecodeTimeline::from_environment(shape_.num_ctas);
 }
@@ -226,7 +225,6 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   const bool merge = stats_[var].num_merges > 0 || graph;
   dec.merges = merge ? active_->device<planned::DecodeMergeItem>(l.merges[var]) : nullptr;
   dec.merge_counters = static_cast<int32_t*>(merge_counters_.data());
-  dec.tail_counters = dec.merge_counters + planned::max_decode_merges(shape_);
   dec.num_ctas = shape_.num_ctas;
   dec.num_qo_heads = spec.num_qo_heads;
   dec.num_kv_heads = spec.num_kv_heads;

@@ -10,15 +10,11 @@
 
 namespace attnkit::planned {
 
-namespace {
-int max_cuts(const PlanShape& shape) { return (shape.shared_tail ? kMaxTailCutsPerCta + 1 : 1) * shape.num_ctas; }
-}  // namespace
-
 int max_decode_items(int num_requests, const PlanShape& shape) {
-  // One item per unit, plus one more each time a CTA boundary or the tail cuts a unit.
-  return num_requests * shape.num_kv_heads * shape.num_slices() + max_cuts(shape);
+  // One item per unit, plus one more each time a CTA boundary cuts a unit.
+  return num_requests * shape.num_kv_heads * shape.num_slices() + shape.num_ctas;
 }
-int max_decode_merges(const PlanShape& shape) { return std::max(max_cuts(shape) - 1, 0); }
+int max_decode_merges(const PlanShape& shape) { return std::max(shape.num_ctas - 1, 0); }
 int max_decode_partials(const PlanShape& shape) { return 2 * max_decode_merges(shape); }
 
 namespace {
@@ -45,8 +41,8 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   const int group = shape.group_size();
   const int num_slices = shape.num_slices();
   ATTNKIT_CHECK(num_ctas >= 1, "planned plan: num_ctas must be >= 1, got ", num_ctas);
-  ATTNKIT_CHECK(out.cta_item_indptr.size() >= static_cast<size_t>(num_ctas) + 2,
-                "planned plan: cta_item_indptr holds ", out.cta_item_indptr.size(), " entries, needs ", num_ctas + 2);
+  ATTNKIT_CHECK(out.cta_item_indptr.size() >= static_cast<size_t>(num_ctas) + 1,
+                "planned plan: cta_item_indptr holds ", out.cta_item_indptr.size(), " entries, needs ", num_ctas + 1);
   // A lane is a run of `width` consecutive CTAs that take the same chunks, one KV head each: they
   // read the interleaved heads of the same cache slots at about the same time.
   const int width = shape.lane_width();
@@ -68,17 +64,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   thread_local std::vector<int32_t> lane_begin;
   chunks.clear();
   lane_begin.assign(static_cast<size_t>(num_lanes) + 1, 0);
-  const int64_t full_budget = lane_total + int64_t{num_lanes - 1} * kItemCost;
-  // The lanes' part; the rest goes to the shared tail in chunks of about tail_chunk positions.
-  const bool tail = shape.shared_tail && num_lanes > 1;  // one lane has no one to share with
-  const int64_t budget = tail ? full_budget * kStaticPercent / 100 : full_budget;
-  // Tail chunks shrink as the tail is used up (a share of what is left, never under a minimum
-  // chunk): the first ones keep the items few, the last ones make the CTAs end together.
-  int64_t tail_left = full_budget - budget;
-  auto tail_chunk = [&] {
-    const int64_t part = tail_left / (int64_t{kTailChunksPerCta} * num_lanes);
-    return static_cast<int>(std::max<int64_t>(kMinChunk, (part + kChunkGrain - 1) / kChunkGrain * kChunkGrain));
-  };
+  const int64_t budget = lane_total + int64_t{num_lanes - 1} * kItemCost;
   int lane = 0;
   int64_t assigned = 0;  // cost of the lanes already closed
   int64_t load = 0;      // cost given to the open lane
@@ -87,14 +73,13 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   // light or heavy moves the ends of the lanes after it by no more than it missed. (Shares
   // recomputed from what is left drifted up when many lanes closed light, and left the busiest
   // lane 20% over the mean on short histories.) What light lanes left is made up a little at a
-  // time: kCatchUp a lane, or (without a shared tail) an even part of it over the lanes left where
-  // that is more. Given to the next lane at once, one unit's end that closed a lane light made its
-  // neighbour 19% heavier than the mean.
+  // time: kCatchUp a lane, or an even part of it over the lanes left where that is more. Given to
+  // the next lane at once, one unit's end that closed a lane light made its neighbour 19% heavier
+  // than the mean.
   const int64_t mean_share = (budget + num_lanes - 1) / num_lanes;
   auto share = [&] {
     const int64_t to_prefix_end = ((lane + 1) * budget + num_lanes - 1) / num_lanes - assigned;
-    // With a shared tail, what the lanes leave goes there; without, the last lanes must take it.
-    const int64_t even_part = tail ? 0 : (budget - assigned + num_lanes - lane - 1) / (num_lanes - lane);
+    const int64_t even_part = (budget - assigned + num_lanes - lane - 1) / (num_lanes - lane);
     return std::min(to_prefix_end, std::max(mean_share + kCatchUp, even_part));
   };
   int64_t target = share();
@@ -103,7 +88,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     assigned += load;
     load = 0;
     lane_begin[static_cast<size_t>(++lane)] = static_cast<int32_t>(chunks.size());
-    if (lane < num_lanes) target = share();
+    target = share();
   };
   const size_t max_merges = out.merges.size();
   for (int i = 0; i < n; ++i) {
@@ -115,16 +100,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
         const size_t first = chunks.size();
         for (int begin = lo; begin < kv_len;) {
           const int rest = kv_len - begin;
-          if (lane == num_lanes) {  // every lane is closed: the rest is the shared tail's
-            const int chunk = tail_chunk();
-            const int take = rest - chunk < kMinChunk ? rest : chunk;
-            chunks.push_back({i, hb, slice, begin, begin + take, lane, 0, 1, -1, -1});
-            st.tail_cost += (take + kItemCost) * int64_t{width};
-            tail_left -= take + kItemCost;
-            begin += take;
-            continue;
-          }
-          const bool last_lane = lane == num_lanes - 1 && !tail;
+          const bool last_lane = lane == num_lanes - 1;
           const int64_t room = target - load;
           // The smallest next piece (a whole short unit, or a minimum chunk) goes here if that
           // overshoots the share by less than closing now would fall short of it.
@@ -180,37 +156,29 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     }
   }
   max_load = std::max(max_load, load);
-  if (lane < num_lanes) assigned += load;
   while (lane < num_lanes) lane_begin[static_cast<size_t>(++lane)] = static_cast<int32_t>(chunks.size());
 
-  // Pass 3: each lane's chunks become one item per head, on the lane's CTAs; then the shared tail's.
+  // Pass 3: each lane's chunks become one item per head, on the lane's CTAs.
   const size_t max_items = out.items.size();
   ATTNKIT_CHECK(chunks.size() * static_cast<size_t>(width) <= max_items, "planned plan: more than ", max_items,
                 " decode items (the bound for this batch)");
-  auto emit = [&](const Chunk& c, int j) {
-    const int r = c.request_idx;
-    out.items[static_cast<size_t>(st.num_items++)] = {
-        batch.qo_indptr[r], r, batch.kv_page_indptr[r], c.head_block * width + j, c.slice * kDecodeRows,
-        c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1,
-        c.count > 1 ? c.merge_base + j : -1, c.kv_end == batch.kv_len(r) ? 1 : 0, {0, 0}};
-  };
   out.cta_item_indptr[0] = 0;
   for (int l = 0; l < num_lanes; ++l) {
     for (int j = 0; j < width; ++j) {
       for (int32_t k = lane_begin[static_cast<size_t>(l)]; k < lane_begin[static_cast<size_t>(l) + 1]; ++k) {
-        emit(chunks[static_cast<size_t>(k)], j);
+        const Chunk& c = chunks[static_cast<size_t>(k)];
+        const int r = c.request_idx;
+        out.items[static_cast<size_t>(st.num_items++)] = {
+            batch.qo_indptr[r], r, batch.kv_page_indptr[r], c.head_block * width + j, c.slice * kDecodeRows,
+            c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1,
+            c.count > 1 ? c.merge_base + j : -1, c.kv_end == batch.kv_len(r) ? 1 : 0, {0, 0}};
       }
       out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = st.num_items;
     }
   }
   for (int c = num_lanes * width; c < num_ctas; ++c) out.cta_item_indptr[static_cast<size_t>(c) + 1] = st.num_items;
-  for (size_t k = static_cast<size_t>(lane_begin[static_cast<size_t>(num_lanes)]); k < chunks.size(); ++k) {
-    for (int j = 0; j < width; ++j) emit(chunks[k], j);
-  }
-  st.num_tail_items = st.num_items - out.cta_item_indptr[static_cast<size_t>(num_ctas)];
-  out.cta_item_indptr[static_cast<size_t>(num_ctas) + 1] = st.num_items;
   st.max_cta_cost = max_load;
-  st.total_cost = assigned * width + st.tail_cost;
+  st.total_cost = (assigned + load) * width;
   if (out.num_merges) *out.num_merges = st.num_merges;
   return st;
 }
@@ -285,7 +253,7 @@ PlanLayout make_layout(const PlanCapacity& c, const PlanShape& shape, int num_va
   l.custom_mask = section(static_cast<size_t>(c.mask_bytes));
   l.prefill_items = section(static_cast<size_t>(c.prefill_items) * sizeof(PrefillWorkItem));
   for (int v = 0; v < num_variants; ++v) {
-    l.cta_item_indptr[v] = section((static_cast<size_t>(shape.num_ctas) + 2) * 4);
+    l.cta_item_indptr[v] = section((static_cast<size_t>(shape.num_ctas) + 1) * 4);
     l.num_merges[v] = section(4);
     l.merges[v] = section(static_cast<size_t>(max_decode_merges(shape)) * sizeof(DecodeMergeItem));
     l.decode_items[v] = section(static_cast<size_t>(c.decode_items) * sizeof(DecodeWorkItem));
@@ -326,7 +294,7 @@ DecodePlanView decode_view(const PlanLayout& l, const PlanCapacity& c, const Pla
                            std::byte* staging) {
   DecodePlanView view;
   view.cta_item_indptr = {reinterpret_cast<int32_t*>(staging + l.cta_item_indptr[v]),
-                          static_cast<size_t>(shape.num_ctas) + 2};
+                          static_cast<size_t>(shape.num_ctas) + 1};
   view.items = {reinterpret_cast<DecodeWorkItem*>(staging + l.decode_items[v]), static_cast<size_t>(c.decode_items)};
   view.merges = {reinterpret_cast<DecodeMergeItem*>(staging + l.merges[v]),
                  static_cast<size_t>(max_decode_merges(shape))};

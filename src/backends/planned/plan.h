@@ -29,14 +29,6 @@ inline constexpr int kMinChunk = 4 * kDecodeTileKv;
 inline constexpr int kChunkGrain = 16;
 // The most a lane takes beyond the mean share to make up for lanes that closed light.
 inline constexpr int kCatchUp = kItemCost / 2;
-// The shared tail. SMs do not read at one rate: on the H200 (2026-11-29, per-CTA timeline) a fifth
-// of them streamed 30% faster than the rest, so with every CTA's work fixed in advance the fast ones
-// idled for the last quarter of a long decode. So lanes are planned to kStaticPercent of their
-// share only; the rest is cut into chunks of 1 / kTailChunksPerCta of what is left of it a CTA,
-// which CTAs take in order, one at a time, once their own items are done (the faster, the more).
-inline constexpr int kStaticPercent = 85;
-inline constexpr int kTailChunksPerCta = 1;
-inline constexpr int kMaxTailCutsPerCta = 8;
 
 struct PlanShape {
   int num_qo_heads = 0;
@@ -48,8 +40,6 @@ struct PlanShape {
   // Off: on the H200 (2026-11-29) lanes moved no decode shape by more than the noise (64 x 16384:
   // 3.79 TB/s either way; 128 x 8192: 3.80 with lanes, 3.91 without).
   bool sync_heads = false;
-  // Leave part of the work to the shared tail (above); off: every lane's share is planned.
-  bool shared_tail = true;
   int group_size() const { return num_qo_heads / num_kv_heads; }
   // CTAs of a lane: num_kv_heads where the grid divides into such lanes, else 1.
   int lane_width() const {
@@ -61,8 +51,7 @@ struct PlanShape {
 
 // Where the planner writes one decode plan (host memory: the staging buffer, or a test's arrays).
 struct DecodePlanView {
-  // [num_ctas + 2]: CTA c's own items are [c], [c + 1]); the shared tail is [num_ctas], [num_ctas + 1]).
-  std::span<int32_t> cta_item_indptr;
+  std::span<int32_t> cta_item_indptr;  // [num_ctas + 1]
   std::span<DecodeWorkItem> items;     // capacity: max_decode_items()
   std::span<DecodeMergeItem> merges;   // capacity: max_decode_merges()
   int32_t* num_merges = nullptr;       // [1]
@@ -74,15 +63,11 @@ struct DecodePlanStats {
   int num_partials = 0;
   int num_decode_requests = 0;
   int64_t total_cost = 0;    // sum of item costs (positions + kItemCost each)
-  int64_t max_cta_cost = 0;  // the busiest CTA's own items (the shared tail not counted)
-  int num_tail_items = 0;
-  int64_t tail_cost = 0;     // sum of the shared tail's item costs (included in total_cost)
+  int64_t max_cta_cost = 0;  // the busiest CTA's
 };
 
 // Bounds that hold for every batch: every CTA boundary splits at most one (request, head, slice)
-// unit, and the tail's chunks cut at most kMaxTailCutsPerCta * num_ctas more (chunks shrinking
-// geometrically from 1 / kTailChunksPerCta of the tail a CTA), so there are at most that many
-// merges and twice as many partial slots.
+// unit, so there are at most num_ctas - 1 merges and 2 (num_ctas - 1) partial slots.
 int max_decode_items(int num_requests, const PlanShape& shape);
 int max_decode_merges(const PlanShape& shape);
 int max_decode_partials(const PlanShape& shape);
@@ -93,9 +78,8 @@ inline int decode_kv_begin(int kv_len, int window_left) {
 }
 
 // Plans the batch's requests with exactly one new token (all of them in a decode batch). CTA c
-// gets items [cta_item_indptr[c], cta_item_indptr[c + 1]) whose costs sum to about kStaticPercent
-// of the mean (all of it without a shared tail); a unit is split only where a lane's share ends,
-// and in the tail. Throws attnkit::Error when `out` is too small.
+// gets items [cta_item_indptr[c], cta_item_indptr[c + 1]) whose costs sum to about the mean; a
+// unit is split only where a lane's share ends. Throws attnkit::Error when `out` is too small.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out);
 
 // The extend kernel's work: every q tile of every request with two or more new tokens, unsplit,

@@ -65,17 +65,13 @@ struct DecodeParams {
   const void* new_v = nullptr;
   const int64_t* out_cache_loc = nullptr;  // [num_tokens], with new_k
 
-  // The plan (device). Items of CTA c: [cta_item_indptr[c], cta_item_indptr[c + 1]), then tail items.
-  const int32_t* cta_item_indptr;  // [num_ctas + 2], never null
+  // The plan (device). Items of CTA c: [cta_item_indptr[c], cta_item_indptr[c + 1]).
+  const int32_t* cta_item_indptr;  // [num_ctas + 1], never null
   const DecodeWorkItem* items;     // [cta_item_indptr[num_ctas]], never null
   float* partial_o;    // [max_partials, kDecodeRows, head_dim] f32, normalised, v_scale applied; may be null
   float* partial_lse;  // [max_partials, kDecodeRows] natural log, sinks excluded; may be null
   const DecodeMergeItem* merges;   // the plan's merge items, or null when no item is split
   int32_t* merge_counters;         // [max_merges], zero between launches (the joining CTA resets its own)
-  // The plan's shared tail: CTAs take its items [cta_item_indptr[num_ctas], cta_item_indptr[num_ctas + 1])
-  // from tail_counters[0]; tail_counters[1] counts the CTAs done. Zero between launches (the last
-  // CTA resets both). Never null.
-  int32_t* tail_counters;
 
   // Diagnostics, normally null: [num_ctas, kTimelineSlots], each CTA's SM and %globaltimer (ns) at
   // its entry, when its first tile landed, when its last tile was consumed, and at its exit.

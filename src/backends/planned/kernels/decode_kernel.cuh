@@ -48,10 +48,7 @@ struct DecodeConfig {
   static constexpr int kMlOffset = kConvOffset + kConvBytes;
   static constexpr int kBarOffset = kMlOffset + 2 * kWarps * kRows * 4;  // [kStages, kWarps, K|V] mbarriers
   static constexpr int kFlagOffset = kBarOffset + kStages * kWarps * 16;  // the split join's "am I last"
-  // The tail items handed to this CTA: (position << 32 | item) at position % kRing.
-  static constexpr int kRing = 4;
-  static constexpr int kRingOffset = kFlagOffset + 16;
-  static constexpr int kQOffset = kRingOffset + kRing * 8;  // the item's query rows, [kRows, kHeadDim] T, swizzled
+  static constexpr int kQOffset = kFlagOffset + 16;  // the item's query rows, [kRows, kHeadDim] T, swizzled
   static constexpr int kSmemBytes = kQOffset + kRows * kHeadDim * 2;
   static_assert(kConvert ? kConvBytes >= kScratchBytes : kStageBytes >= kScratchBytes,
                 "the merge scratch reuses a consumed stage or the conversion buffer");
@@ -120,53 +117,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     p.timeline[blockIdx.x * kTimelineSlots + slot] = now;
   };
   mark(1);
-  // This CTA's items, by position: its own first, then the shared tail's, handed out one at a time in
-  // order. Warp 0 takes a tail item from the counter when its producer first needs that position
-  // (about kS tiles before the consumers do, so a CTA holds at most one tail item it has not
-  // started); the other warps wait for it in shared memory. -1: no more items.
-  const int own_begin = p.cta_item_indptr[blockIdx.x];
-  const int own_count = p.cta_item_indptr[blockIdx.x + 1] - own_begin;
-  const int tail_begin = p.cta_item_indptr[p.num_ctas], tail_end = p.cta_item_indptr[p.num_ctas + 1];
-  volatile unsigned long long* s_ring = reinterpret_cast<volatile unsigned long long*>(smem + C::kRingOffset);
-  if (tid < C::kRing) s_ring[tid] = ~0ull;  // no position yet
-  __syncthreads();
-  auto item_at = [&](int pos) -> int {
-    if (pos < own_count) return own_begin + pos;
-    volatile unsigned long long* slot = s_ring + pos % C::kRing;
-    if (warp == 0) {
-      int idx = 0;
-      if (lane == 0) {
-        const unsigned long long v = *slot;
-        if (static_cast<int>(v >> 32) == pos) {
-          idx = static_cast<int>(static_cast<uint32_t>(v));
-        } else {
-          const int k = tail_begin < tail_end ? atomicAdd(p.tail_counters, 1) : tail_end;
-          idx = tail_begin + k < tail_end ? tail_begin + k : -1;
-          *slot = (static_cast<unsigned long long>(pos) << 32) | static_cast<uint32_t>(idx);
-        }
-      }
-      return __shfl_sync(0xffffffffu, idx, 0);
-    }
-    unsigned long long v;
-    do {
-      v = *slot;
-    } while (static_cast<int>(v >> 32) != pos);
-    return static_cast<int>(static_cast<uint32_t>(v));
-  };
-  // Every CTA counts itself out once it takes no more items; the last one resets the counters
-  // for the next launch (no CTA can take an item after that).
-  auto leave = [&] {
+  const int item_begin = p.cta_item_indptr[blockIdx.x];
+  const int item_end = p.cta_item_indptr[blockIdx.x + 1];
+  if (item_begin >= item_end) {
     mark(4);
-    if (tid == 0 && p.tail_counters != nullptr) {
-      if (atomicAdd(p.tail_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-        p.tail_counters[0] = 0;
-        p.tail_counters[1] = 0;
-      }
-    }
-  };
-  const int first_idx = item_at(0);
-  if (first_idx < 0) {
-    leave();
     return;
   }
   const int g = lane / 4, t = lane % 4;  // mma fragment row and column of this lane
@@ -180,33 +134,32 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   auto bar = [&](int s, int half) { return s_base + C::kBarOffset + ((s * C::kWarps + warp) * 2 + half) * 8; };
   if (tid < kS * C::kWarps * 2) dd::mbar_init(s_base + C::kBarOffset + tid * 8, 32);  // a lane's arrival each
   dd::mbar_init_fence();
-  dd::stage_q<C>(p, dd::load_item(p.items, first_idx), group, smem + C::kQOffset);
+  dd::stage_q<C>(p, dd::load_item(p.items, item_begin), group, smem + C::kQOffset);
   __syncthreads();
   const uint32_t s_q = s_base + C::kQOffset;
 
   // Producer: this warp's next tile to copy; it runs kS tiles ahead, across item boundaries. Tile n
   // of the warp's stream uses stage n % kS; issue_half copies one half of the next tile without
   // moving on, advance moves on.
-  int p_pos = 0, p_idx = first_idx, p_tile = 0;  // p_idx < 0: nothing more to copy
-  DecodeWorkItem p_it = dd::load_item(p.items, first_idx);
+  int p_item = item_begin, p_tile = 0;
+  DecodeWorkItem p_it = dd::load_item(p.items, item_begin);
   int p_tiles = dd::num_tiles(p_it);
   int r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);  // entry of the next tile's row
   auto issue_half = [&](int stage, int half) {
-    if (p_idx < 0) return;
+    if (p_item >= item_end) return;
     dd::issue_rows<C>(p, p_it, p_tile, warp, lane, half, page_shift, r_page, s_base + stage * C::kStageBytes,
                       bar(stage, half));
   };
   auto advance = [&] {
-    if (p_idx < 0) return;
+    if (p_item >= item_end) return;
     if (++p_tile == p_tiles) {
       p_tile = 0;
-      p_idx = item_at(++p_pos);
-      if (p_idx >= 0) {
-        p_it = dd::load_item(p.items, p_idx);
+      if (++p_item < item_end) {
+        p_it = dd::load_item(p.items, p_item);
         p_tiles = dd::num_tiles(p_it);
       }
     }
-    if (p_idx >= 0) r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);
+    if (p_item < item_end) r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);
   };
   // Launched with programmatic serialisation: everything above overlapped the cache store before
   // this kernel; the cache is read only after it completes.
@@ -219,8 +172,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   }
 
   // Consumer state: this warp's online softmax over its keys of the current item.
-  int c_pos = 0, c_idx = first_idx, c_tile = 0;
-  DecodeWorkItem c_it = dd::load_item(p.items, first_idx);
+  int c_item = item_begin, c_tile = 0;
+  DecodeWorkItem c_it = p_item == item_begin ? p_it : dd::load_item(p.items, item_begin);
   int c_tiles = dd::num_tiles(c_it);
   auto item_mask = [&](const DecodeWorkItem& it) -> const uint8_t* {
     if (p.custom_mask_indptr == nullptr) return nullptr;
@@ -241,7 +194,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
   };
 
-  for (int it_idx = 0; c_idx >= 0; ++it_idx) {
+  for (int it_idx = 0; c_item < item_end; ++it_idx) {
     const int stage = it_idx % kS;
     const uint32_t parity = static_cast<uint32_t>(it_idx / kS) & 1u;
     // This tile's K, and with a conversion its V as well (both are converted at once).
@@ -380,9 +333,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     // The item's last tile: the four warps' states meet in shared memory and are written out. The
     // stage just consumed has no copy in flight: its next tile is issued after the last barrier.
     __syncthreads();  // every warp is done reading the stage (or conversion buffer) reused here
-    // Known already: the producers moved past this item's last tile.
-    const int next_idx = item_at(c_pos + 1);
-    if (next_idx < 0) mark(3);
+    if (c_item + 1 == item_end) mark(3);
     float* s_o = reinterpret_cast<float*>(C::kConvert ? smem + C::kConvOffset : s_stage);  // [kWarps, kRows, kD]
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -436,7 +387,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       dd::join_if_last<T, kD, C::kThreads>(p, c_it, reinterpret_cast<int*>(smem + C::kFlagOffset));
     }
     // Every warp is past its last Q K^T of this item (the barrier above): the next item's rows.
-    if (next_idx >= 0) dd::stage_q<C>(p, dd::load_item(p.items, next_idx), group, smem + C::kQOffset);
+    if (c_item + 1 < item_end) dd::stage_q<C>(p, dd::load_item(p.items, c_item + 1), group, smem + C::kQOffset);
     __syncthreads();  // every warp is done with the scratch, which the copies below refill
     if constexpr (!C::kConvert) {
       issue_half(stage, 0);
@@ -444,10 +395,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       advance();
     }
     c_tile = 0;
-    ++c_pos;
-    c_idx = next_idx;
-    if (c_idx >= 0) {
-      c_it = dd::load_item(p.items, c_idx);
+    if (++c_item < item_end) {
+      c_it = dd::load_item(p.items, c_item);
       c_tiles = dd::num_tiles(c_it);
       c_mask = item_mask(c_it);
     }
@@ -456,7 +405,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
 #pragma unroll
     for (int n = 0; n < kDt; ++n) r_o[n][0] = r_o[n][1] = r_o[n][2] = r_o[n][3] = 0.0f;
   }
-  leave();
+  mark(4);
 }
 
 }  // namespace attnkit::planned
