@@ -122,7 +122,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
               // for good; leaving a minimum chunk for the next lane only closes this one light,
               // which the next lane's fixed end makes up. So take it only when it barely shows.
               const int64_t overshoot = rest + kItemCost - room;
-              take = overshoot > kItemCost && rest - kMinChunk >= kMinChunk ? rest - kMinChunk : rest;
+              take = overshoot > kCatchUp && rest - kMinChunk >= kMinChunk ? rest - kMinChunk : rest;
             }
           }
           chunks.push_back({i, hb, slice, begin, begin + take, lane, 0, 1, -1, -1});

@@ -20,15 +20,18 @@
 namespace attnkit::planned {
 
 // Cost model, in KV positions: an item also pays a fixed price (its query load, the cross-warp
-// combine and the output write, about one tile's copy), and no chunk is cut shorter than
-// kMinChunk unless its history is, so a split's merge stays cheap next to the chunk it joins.
-inline constexpr int kItemCost = kDecodeTileKv;
+// combine, the partial's write, fence and count, and the pipeline's refill), and no chunk is cut
+// shorter than kMinChunk unless its history is, so a split's merge stays cheap next to the chunk it
+// joins. The price: per-CTA timelines on the H200 (2026-11-29) put an item at 200-360 positions'
+// time; 3 tiles against 1 raised 1 x 32768 from 2.54 to 2.77 TB/s and the skewed batch from 4.01
+// to 4.18, and moved the rest by under 0.5%.
+inline constexpr int kItemCost = 3 * kDecodeTileKv;
 inline constexpr int kMinChunk = 4 * kDecodeTileKv;
 // Chunks are cut at multiples of this many positions: a warp's 16 keys then stay in one page of 16
 // or more (the copy's fast path), while shares of a few hundred positions still divide finely.
 inline constexpr int kChunkGrain = 16;
 // The most a lane takes beyond the mean share to make up for lanes that closed light.
-inline constexpr int kCatchUp = kItemCost / 2;
+inline constexpr int kCatchUp = 32;
 
 struct PlanShape {
   int num_qo_heads = 0;
