@@ -5,24 +5,18 @@
 
 #include "attnkit/tensor.h"
 #include "format.h"
-#if __has_include("backends/cpu/ceilings.h")
 #include "backends/cpu/ceilings.h"
-#define ATTNKIT_HAS_CPU_CEILINGS 1
-#endif
-#if defined(ATTNKIT_WITH_CUDA) && __has_include("cuda/ceilings.h")
+#ifdef ATTNKIT_WITH_CUDA
 #include "cuda/ceilings.h"
-#define ATTNKIT_HAS_GPU_CEILINGS 1
 #endif
 
 namespace attnkit::tool {
 
 Ceilings measure_ceilings() {
   Ceilings c;
-#ifdef ATTNKIT_HAS_CPU_CEILINGS
   c.cpu_read_bytes_per_s = measure_read_bandwidth();
   c.cpu_fma_flop_per_s = measure_fma_rate();
-#endif
-#ifdef ATTNKIT_HAS_GPU_CEILINGS
+#ifdef ATTNKIT_WITH_CUDA
   if (cuda_available()) {
     c.gpu_read_bytes_per_s = measure_gpu_read_bandwidth();
     c.gpu_matrix_flop_per_s = measure_gpu_bf16_matrix_rate();
