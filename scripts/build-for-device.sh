@@ -37,10 +37,14 @@ while IFS= read -r exe; do
   cp "$exe" "$dist/tests/"
 done < <(find "$build/tests" -maxdepth 1 -type f -executable -name '*_tests' 2>/dev/null)
 
+# The planner's host-cost benchmark, where Google Benchmark was found (timed on the device's host).
+[[ -x "$build/src/backends/planned/planned_plan_bench" ]] && mkdir -p "$dist/bench" &&
+  cp "$build/src/backends/planned/planned_plan_bench" "$dist/bench/"
+
 # Shared libraries the device image lacks: anything not from the C/C++ runtime, the driver or
 # the CUDA toolkit (libcublas is in the toolkit there). Copied with their soname.
 missing_ok='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libattnkit'
-for bin in "$dist/attnkit" "$dist"/tests/* "$dist"/lib/libattnkit.so*; do
+for bin in "$dist/attnkit" "$dist"/tests/* "$dist"/bench/* "$dist"/lib/libattnkit.so*; do
   [[ -f "$bin" ]] && ldd "$bin" | awk '/=>/ {print $1, $3}'
 done | sort -u | while read -r name path; do
   if ! grep -Eq "$missing_ok" <<<"$name" && [[ -f "$path" ]]; then

@@ -236,7 +236,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.v_scale = fp8 ? c.v_scale : 1.0f;
   dec.q_dtype = q.dtype;
   dec.kv_dtype = c.dtype;
-  if (timeline_) dec.timeline = timeline_->device();
+  if (timeline_) dec.timeline = timeline_->begin(stream());
   planned::launch_decode(dec, stream());
   if (timeline_) timeline_->write_after(stream());
 }

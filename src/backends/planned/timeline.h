@@ -23,7 +23,8 @@ class DecodeTimeline {
 
   // The plan about to run: each CTA's items and KV positions, written beside its times.
   void set_plan(std::span<const int32_t> cta_item_indptr, std::span<const DecodeWorkItem> items);
-  unsigned long long* device() { return static_cast<unsigned long long*>(records_.data()); }
+  // Zeroes the records (queued on `stream`) and returns them for the launch's DecodeParams.
+  unsigned long long* begin(cudaStream_t stream);
   // Waits for the launch just queued on `stream` and writes the file.
   void write_after(cudaStream_t stream) const;
 

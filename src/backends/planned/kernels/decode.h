@@ -74,7 +74,8 @@ struct DecodeParams {
   int32_t* merge_counters;         // [max_merges], zero between launches (the joining CTA resets its own)
 
   // Diagnostics, normally null: [num_ctas, kTimelineSlots], each CTA's SM and %globaltimer (ns) at
-  // its entry, when its first tile landed, when its last tile was consumed, and at its exit.
+  // its entry, when its first tile landed, when its last tile was consumed, at its exit, and around
+  // its last split's join.
   unsigned long long* timeline = nullptr;
 
   int num_ctas = 0;    // the persistent grid: fixed, so a captured graph replays any plan
@@ -90,8 +91,9 @@ struct DecodeParams {
   DType kv_dtype = DType::bf16;  // bf16, f16 or e4m3
 };
 
-// Slots of a CTA's timeline record: SM id, entry, first tile landed, last tile consumed, exit.
-inline constexpr int kTimelineSlots = 5;
+// Slots of a CTA's timeline record: SM id, entry, first tile landed, last tile consumed, exit, and
+// the start and end of its last split item's fence, count and (if it came last) join.
+inline constexpr int kTimelineSlots = 7;
 
 // Empty when the decode kernel runs this shape; else the reason, naming the field.
 std::string decode_unsupported(int head_dim, DType q_dtype, DType kv_dtype);
