@@ -41,6 +41,10 @@ def main():
     if joins:
         print(f"  last split's fence, count and join us ({len(joins)} CTAs): median {pct(joins, .5):.2f}  "
               f"p90 {pct(joins, .9):.2f}  max {max(joins):.2f}")
+    loads = [r["join_loads_ns"] / 1e3 for r in busy if r.get("join_loads_ns", 0) > 0]
+    if loads:
+        print(f"  of which the join itself us ({len(loads)} joins): median {pct(loads, .5):.2f}  "
+              f"p90 {pct(loads, .9):.2f}  max {max(loads):.2f}")
     sm_end = {}
     for r in rows:
         sm_end[r["sm"]] = max(sm_end.get(r["sm"], 0), r["exit_ns"])
@@ -51,7 +55,7 @@ def main():
     for r in sorted(busy, key=lambda r: -r["exit_ns"])[:8]:
         rate = r["keys"] * args.row_bytes / max(r["last_tile_ns"] - r["first_tile_ns"], 1)
         print(f"    cta {r['cta']:4d} sm {r['sm']:3d} items {r['items']} keys {r['keys']:6d}  first {r['first_tile_ns'] / 1e3:6.1f}"
-              f"  last {r['last_tile_ns'] / 1e3:6.1f}  exit {r['exit_ns'] / 1e3:6.1f} us  join {r.get('join_ns', 0) / 1e3:5.2f} us"
+              f"  last {r['last_tile_ns'] / 1e3:6.1f}  exit {r['exit_ns'] / 1e3:6.1f} us  join {r.get('join_ns', 0) / 1e3:5.2f} ({r.get('join_loads_ns', 0) / 1e3:5.2f}) us"
               f"  {rate:.2f} GB/s")
 
 

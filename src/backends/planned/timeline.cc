@@ -44,7 +44,7 @@ void DecodeTimeline::write_after(cudaStream_t stream) const {
   for (int c = 0; c < num_ctas_; ++c) t0 = std::min(t0, r[static_cast<size_t>(c) * kTimelineSlots + 1]);
   std::ofstream f(path_);
   ATTNKIT_CHECK(f.good(), "ATTNKIT_DECODE_TIMELINE: cannot write ", path_);
-  f << "cta,sm,items,keys,entry_ns,first_tile_ns,last_tile_ns,exit_ns,join_ns\n";
+  f << "cta,sm,items,keys,entry_ns,first_tile_ns,last_tile_ns,exit_ns,join_ns,join_loads_ns\n";
   for (int c = 0; c < num_ctas_; ++c) {
     const unsigned long long* x = r.data() + static_cast<size_t>(c) * kTimelineSlots;
     // A CTA without items records no tiles: its tile times are its exit.
@@ -52,7 +52,7 @@ void DecodeTimeline::write_after(cudaStream_t stream) const {
     const unsigned long long last = cta_items_[static_cast<size_t>(c)] > 0 ? x[3] : x[4];
     f << c << ',' << x[0] << ',' << cta_items_[static_cast<size_t>(c)] << ',' << cta_keys_[static_cast<size_t>(c)] << ','
       << x[1] - t0 << ',' << first - t0 << ',' << last - t0 << ',' << x[4] - t0 << ','
-      << (x[6] > x[5] ? x[6] - x[5] : 0) << '\n';
+      << (x[6] > x[5] ? x[6] - x[5] : 0) << ',' << (x[7] > x[5] && x[6] > x[7] ? x[6] - x[7] : 0) << '\n';
   }
 }
 

@@ -91,9 +91,10 @@ struct DecodeParams {
   DType kv_dtype = DType::bf16;  // bf16, f16 or e4m3
 };
 
-// Slots of a CTA's timeline record: SM id, entry, first tile landed, last tile consumed, exit, and
-// the start and end of its last split item's fence, count and (if it came last) join.
-inline constexpr int kTimelineSlots = 7;
+// Slots of a CTA's timeline record: SM id, entry, first tile landed, last tile consumed, exit, the
+// start and end of its last split item's fence, count and (if it came last) join, and the start of
+// that join's loads.
+inline constexpr int kTimelineSlots = 8;
 
 // Empty when the decode kernel runs this shape; else the reason, naming the field.
 std::string decode_unsupported(int head_dim, DType q_dtype, DType kv_dtype);

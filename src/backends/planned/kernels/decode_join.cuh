@@ -14,14 +14,17 @@ namespace attnkit::planned::decode_detail {
 
 // Called by every thread of the CTA after it wrote partial `it.partial_idx` (uniform across the
 // CTA: it contains __syncthreads). `s_flag` is one int of shared memory.
-template <typename T, int kHeadDim, int kThreads>
-__device__ __forceinline__ void join_if_last(const DecodeParams& p, const DecodeWorkItem& it, int* s_flag) {
+// `on_join` runs (uniformly) once this CTA knows it joins, before the join's loads.
+template <typename T, int kHeadDim, int kThreads, typename OnJoin>
+__device__ __forceinline__ void join_if_last(const DecodeParams& p, const DecodeWorkItem& it, int* s_flag,
+                                             OnJoin on_join) {
   __threadfence();  // this CTA's partial is visible GPU-wide before it is counted
   __syncthreads();
   const DecodeMergeItem m = p.merges[it.merge_idx];
   if (threadIdx.x == 0) *s_flag = atomicAdd(p.merge_counters + it.merge_idx, 1) == m.num_partials - 1;
   __syncthreads();
   if (*s_flag == 0) return;
+  on_join();
   __threadfence();  // every other partial's writes are seen by the reads below
 
   constexpr int kQuads = kHeadDim / 4;

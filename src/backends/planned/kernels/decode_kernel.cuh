@@ -385,7 +385,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     }
     if (c_it.partial_idx >= 0) {
       mark(5);
-      dd::join_if_last<T, kD, C::kThreads>(p, c_it, reinterpret_cast<int*>(smem + C::kFlagOffset));
+      dd::join_if_last<T, kD, C::kThreads>(p, c_it, reinterpret_cast<int*>(smem + C::kFlagOffset),
+                                           [&] { mark(7); });
       mark(6);
     }
     // Every warp is past its last Q K^T of this item (the barrier above): the next item's rows.
