@@ -130,11 +130,12 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
   EXPECT_LE(st.max_cta_cost, std::max<int64_t>(mean, kMinChunk) + kCatchUp + 2 * kMinChunk + kItemCost)
       << "mean " << mean << ", busiest CTA " << st.max_cta_cost;
 
-  // Merges: each lists one split's consecutive partial slots; every slot is written by one item.
+  // Merges: each lists consecutive partial slots of one split; every slot is written by one item
+  // or one first-level merge (a split of more than kJoinFanIn chunks), and read by one merge.
   ASSERT_EQ(*p.view.num_merges, st.num_merges);
   ASSERT_LE(st.num_merges, max_decode_merges(s));
   ASSERT_LE(st.num_partials, max_decode_partials(s));
-  std::vector<int> slot_owner(static_cast<size_t>(st.num_partials), -1);
+  std::vector<int> slot_owner(static_cast<size_t>(st.num_partials), -1);  // item i, or -2 - merge m
   for (int i = 0; i < st.num_items; ++i) {
     const int slot = p.view.items[i].partial_idx;
     if (slot < 0) {
@@ -145,14 +146,33 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
     ASSERT_EQ(slot_owner[static_cast<size_t>(slot)], -1) << "partial slot " << slot << " written twice";
     slot_owner[static_cast<size_t>(slot)] = i;
   }
+  for (int m = 0; m < st.num_merges; ++m) {
+    const DecodeMergeItem& mi = p.view.merges[m];
+    if (mi.next_merge < 0) continue;
+    ASSERT_GT(mi.next_merge, m);
+    ASSERT_LT(mi.next_merge, st.num_merges);
+    ASSERT_GE(mi.out_partial, 0);
+    ASSERT_LT(mi.out_partial, st.num_partials);
+    ASSERT_EQ(slot_owner[static_cast<size_t>(mi.out_partial)], -1) << "partial slot " << mi.out_partial << " written twice";
+    slot_owner[static_cast<size_t>(mi.out_partial)] = -2 - m;
+  }
   int merged = 0;
   for (int m = 0; m < st.num_merges; ++m) {
     const DecodeMergeItem& mi = p.view.merges[m];
     ASSERT_GE(mi.num_partials, 2);
+    ASSERT_LE(mi.num_partials, kJoinFanIn) << "merge " << m << " would take more than one round of loads";
     merged += mi.num_partials;
     for (int k = 0; k < mi.num_partials; ++k) {
       const int owner = slot_owner[static_cast<size_t>(mi.partial_begin + k)];
-      ASSERT_GE(owner, 0);
+      ASSERT_NE(owner, -1) << "merge " << m << " reads a partial slot nothing writes";
+      if (owner <= -2) {
+        const DecodeMergeItem& from = p.view.merges[-2 - owner];
+        EXPECT_EQ(from.next_merge, m);
+        EXPECT_EQ(from.token_idx, mi.token_idx);
+        EXPECT_EQ(from.qo_head_begin, mi.qo_head_begin);
+        EXPECT_EQ(from.num_rows, mi.num_rows);
+        continue;
+      }
       const DecodeWorkItem& it = p.view.items[owner];
       EXPECT_EQ(it.token_idx, mi.token_idx);
       EXPECT_EQ(it.kv_head_idx * group + it.row_begin, mi.qo_head_begin);
@@ -170,8 +190,12 @@ TEST(PlannedPlan, OneLongAndThirtyShortRequestsSplitTheLongOne) {
   const PlanShape s = shape(32, 8, 264);
   const Planned p = run_plan(b, s, -1);
   check_plan(b, s, -1, p);
-  // 8 units of 8192 against a share of about 425 positions: each is cut, short ones never are.
-  EXPECT_EQ(p.stats.num_merges, 8);
+  // 8 units of 8192 against a share of about 425 positions: each is cut (into more chunks than
+  // one join round takes, so each is joined in two levels), short ones never are.
+  int outputs = 0;
+  for (int m = 0; m < p.stats.num_merges; ++m) outputs += p.view.merges[m].next_merge < 0;
+  EXPECT_EQ(outputs, 8);
+  EXPECT_GT(p.stats.num_merges, 8);
   EXPECT_GT(p.stats.num_items, 8 * 10);
 }
 

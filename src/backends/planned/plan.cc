@@ -14,8 +14,24 @@ int max_decode_items(int num_requests, const PlanShape& shape) {
   // One item per unit, plus one more each time a CTA boundary cuts a unit.
   return num_requests * shape.num_kv_heads * shape.num_slices() + shape.num_ctas;
 }
-int max_decode_merges(const PlanShape& shape) { return std::max(shape.num_ctas - 1, 0); }
-int max_decode_partials(const PlanShape& shape) { return 2 * max_decode_merges(shape); }
+// A split of c chunks has one merge item, or ceil(c / kJoinFanIn) more when joined in two levels,
+// each with a group partial. The chunks of all splits number at most 2 (num_ctas - 1), and a split
+// with more than kJoinFanIn of them adds at most c / kJoinFanIn + 1 < 2 c / kJoinFanIn.
+int max_decode_merges(const PlanShape& shape) {
+  const int splits = std::max(shape.num_ctas - 1, 0);
+  return splits + (4 * splits + kJoinFanIn - 1) / kJoinFanIn;
+}
+int max_decode_partials(const PlanShape& shape) {
+  const int splits = std::max(shape.num_ctas - 1, 0);
+  return 2 * splits + (4 * splits + kJoinFanIn - 1) / kJoinFanIn;
+}
+
+namespace {
+// First-level groups of a split of `count` chunks: 0 where one level joins it.
+int join_groups(int count) { return count > kJoinFanIn ? (count + kJoinFanIn - 1) / kJoinFanIn : 0; }
+// The group of chunk k (groups of near-equal size, in order).
+int join_group_of(int k, int count, int groups) { return ((k + 1) * groups - 1) / count; }
+}  // namespace
 
 namespace {
 
@@ -24,7 +40,7 @@ struct Chunk {
   int32_t request_idx, head_block, slice, kv_begin, kv_end, lane;
   int32_t ordinal, count;  // its place among its unit's chunks, and how many there are
   int32_t partial_base;    // count > 1: the unit's first partial slot (head j: + j * count)
-  int32_t merge_base;      // count > 1: the unit's first merge item (head j: + j)
+  int32_t merge_base;      // count > 1: the unit's first merge item (head j: + j * (join_groups + 1))
 };
 
 }  // namespace
@@ -130,19 +146,39 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
           begin += take;
           if (!last_lane && load >= target) close_lane();
         }
-        // Pass 2, per unit: number its chunks and give a split unit its partial slots and merges.
+        // Pass 2, per unit: number its chunks and give a split unit its partial slots and merges:
+        // per head, the chunks' partials, then (two levels) the group partials; per head, the
+        // first-level merges, then the one that writes the output.
         const int count = static_cast<int>(chunks.size() - first);
         int32_t base = -1, merge_base = -1;
         if (count > 1) {
+          const int groups = join_groups(count);
           base = st.num_partials;
           merge_base = st.num_merges;
-          st.num_partials += count * width;
+          st.num_partials += (count + groups) * width;
+          ATTNKIT_CHECK(static_cast<size_t>(st.num_merges + (groups + 1) * width) <= max_merges, "planned plan: more than ",
+                        max_merges, " merges (the bound for ", num_ctas, " CTAs)");
           for (int j = 0; j < width; ++j) {
-            ATTNKIT_CHECK(static_cast<size_t>(st.num_merges) < max_merges, "planned plan: more than ", max_merges,
-                          " merges (the bound for ", num_ctas, " CTAs)");
-            out.merges[static_cast<size_t>(st.num_merges++)] = {
-                batch.qo_indptr[i], (hb * width + j) * group + slice * kDecodeRows,
-                std::min(kDecodeRows, group - slice * kDecodeRows), base + j * count, count, {0, 0, 0}};
+            const DecodeMergeItem head{batch.qo_indptr[i], (hb * width + j) * group + slice * kDecodeRows,
+                                       std::min(kDecodeRows, group - slice * kDecodeRows), 0, 0, -1, -1, 0};
+            const int32_t group_base = base + width * count + j * groups;  // this head's group partials
+            const int32_t last = st.num_merges + groups;                    // its output merge
+            for (int g = 0; g < groups; ++g) {
+              DecodeMergeItem m = head;
+              int lo = 0;
+              while (join_group_of(lo, count, groups) < g) ++lo;
+              int hi = lo;
+              while (hi < count && join_group_of(hi, count, groups) == g) ++hi;
+              m.partial_begin = base + j * count + lo;
+              m.num_partials = hi - lo;
+              m.next_merge = last;
+              m.out_partial = group_base + g;
+              out.merges[static_cast<size_t>(st.num_merges++)] = m;
+            }
+            DecodeMergeItem m = head;
+            m.partial_begin = groups > 0 ? group_base : base + j * count;
+            m.num_partials = groups > 0 ? groups : count;
+            out.merges[static_cast<size_t>(st.num_merges++)] = m;
           }
         }
         for (int k = 0; k < count; ++k) {
@@ -162,6 +198,12 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   const size_t max_items = out.items.size();
   ATTNKIT_CHECK(chunks.size() * static_cast<size_t>(width) <= max_items, "planned plan: more than ", max_items,
                 " decode items (the bound for this batch)");
+  // The merge item that joins head j's partial of chunk c: its group's, or the unit's only one.
+  auto merge_of = [](const Chunk& c, int j) {
+    const int groups = join_groups(c.count);
+    const int first_of_head = c.merge_base + j * (groups + 1);
+    return groups > 0 ? first_of_head + join_group_of(c.ordinal, c.count, groups) : first_of_head;
+  };
   out.cta_item_indptr[0] = 0;
   for (int l = 0; l < num_lanes; ++l) {
     for (int j = 0; j < width; ++j) {
@@ -171,7 +213,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
         out.items[static_cast<size_t>(st.num_items++)] = {
             batch.qo_indptr[r], r, batch.kv_page_indptr[r], c.head_block * width + j, c.slice * kDecodeRows,
             c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1,
-            c.count > 1 ? c.merge_base + j : -1, c.kv_end == batch.kv_len(r) ? 1 : 0, {0, 0}};
+            c.count > 1 ? merge_of(c, j) : -1, c.kv_end == batch.kv_len(r) ? 1 : 0, {0, 0}};
       }
       out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = st.num_items;
     }

@@ -40,13 +40,20 @@ struct DecodeWorkItem {
 // Joins the partials of one split (token, KV head, slice): partial slots
 // [partial_begin, partial_begin + num_partials) hold its chunks. The decode CTA that writes the
 // last of them to finish does the join (a counter a merge item), so no merge kernel runs.
+// A split with more chunks than one join round loads (kJoinFanIn) is joined in two levels: groups
+// of consecutive partials into group partials, then those into the output, so the CTA that finishes
+// last waits for two rounds of loads instead of one a dozen partials.
+inline constexpr int kJoinFanIn = 12;
+
 struct DecodeMergeItem {
   int32_t token_idx;
   int32_t qo_head_begin;  // first query head (global index)
   int32_t num_rows;       // query heads, 1..kDecodeRows
   int32_t partial_begin;
   int32_t num_partials;
-  int32_t reserved[3];
+  int32_t next_merge;     // -1: the join writes the output; else it writes partial out_partial,
+  int32_t out_partial;    // which merge item next_merge then joins
+  int32_t reserved;
 };
 
 struct DecodeParams {

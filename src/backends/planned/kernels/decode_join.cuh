@@ -1,5 +1,6 @@
 // The split-KV join, inside the decode kernel: the CTA that writes a split's last partial to finish
-// combines all of them into the output. Each partial's CTA fences its writes and counts itself on
+// combines all of them into the output (or, for long splits, a group's into a group partial, then
+// the groups' into the output). Each partial's CTA fences its writes and counts itself on
 // the merge item's counter; the one that sees the count complete reads the partials back from L2
 // (they are never in its L1) and resets the counter for the next launch or graph replay. No merge
 // kernel and no launch of one: the joins of large batches overlap other CTAs' streaming.
@@ -13,42 +14,42 @@
 namespace attnkit::planned::decode_detail {
 
 // Called by every thread of the CTA after it wrote partial `it.partial_idx` (uniform across the
-// CTA: it contains __syncthreads). `s_flag` is one int of shared memory.
+// CTA: it contains __syncthreads). `s_flag` is one int of shared memory. A first-level merge (a
+// split joined in two levels) writes a group partial instead of the output, and its joiner then
+// counts that partial on the next merge item, the same way.
 // `on_join` runs (uniformly) once this CTA knows it joins, before the join's loads.
 template <typename T, int kHeadDim, int kThreads, typename OnJoin>
 __device__ __forceinline__ void join_if_last(const DecodeParams& p, const DecodeWorkItem& it, int* s_flag,
                                              OnJoin on_join) {
-  __threadfence();  // this CTA's partial is visible GPU-wide before it is counted
-  __syncthreads();
-  const DecodeMergeItem m = p.merges[it.merge_idx];
-  if (threadIdx.x == 0) *s_flag = atomicAdd(p.merge_counters + it.merge_idx, 1) == m.num_partials - 1;
-  __syncthreads();
-  if (*s_flag == 0) return;
-  on_join();
-  __threadfence();  // every other partial's writes are seen by the reads below
+  for (int merge_idx = it.merge_idx; merge_idx >= 0;) {
+    __threadfence();  // this CTA's partial is visible GPU-wide before it is counted
+    __syncthreads();
+    const DecodeMergeItem m = p.merges[merge_idx];
+    if (threadIdx.x == 0) *s_flag = atomicAdd(p.merge_counters + merge_idx, 1) == m.num_partials - 1;
+    __syncthreads();
+    if (*s_flag == 0) return;
+    on_join();
+    __threadfence();  // every other partial's writes are seen by the reads below
 
-  constexpr int kQuads = kHeadDim / 4;
-  for (int idx = threadIdx.x; idx < m.num_rows * kQuads; idx += kThreads) {
-    const int r = idx / kQuads, d = (idx % kQuads) * 4;
-    // Online over the partials, kBatch loads in flight at a time: o and l are relative to exp(mx).
-    // A long request's split has tens of partials, joined at the very end of the kernel, where
-    // every L2 round trip is exposed: 4 at a time kept one SM 13 us at 1 x 32768 (50 partials).
-    // 12 is the most that keeps the head_dim 128 kernel within its 168 registers without spills.
-    constexpr int kBatch = 12;
-    float mx = -INFINITY, l = 0.0f;
-    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int k0 = 0; k0 < m.num_partials; k0 += kBatch) {
-      float lse[kBatch];
-      float4 part[kBatch];
+    constexpr int kQuads = kHeadDim / 4;
+    for (int idx = threadIdx.x; idx < m.num_rows * kQuads; idx += kThreads) {
+      const int r = idx / kQuads, d = (idx % kQuads) * 4;
+      // Online over the partials, all loads in flight at once (the planner keeps a merge to
+      // kJoinFanIn partials): o and l are relative to exp(mx). Every L2 round trip here is exposed
+      // at the kernel's end, about 1.3 us each on the H200 while the other CTAs still stream.
+      float mx = -INFINITY, l = 0.0f;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float lse[kJoinFanIn];
+      float4 part[kJoinFanIn];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int k = min(k0 + u, m.num_partials - 1);
+      for (int u = 0; u < kJoinFanIn; ++u) {
+        const int k = min(u, m.num_partials - 1);
         const int64_t row = int64_t{m.partial_begin + k} * kDecodeRows + r;
-        lse[u] = k0 + u < m.num_partials ? __ldcg(p.partial_lse + row) : -INFINITY;
+        lse[u] = u < m.num_partials ? __ldcg(p.partial_lse + row) : -INFINITY;
         part[u] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + row * kHeadDim + d));
       }
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
+      for (int u = 0; u < kJoinFanIn; ++u) {
         if (lse[u] == -INFINITY) continue;  // an empty chunk adds nothing (and -inf - -inf is NaN)
         const float m_new = fmaxf(mx, lse[u]);
         const float a = __expf(mx - m_new), b = __expf(lse[u] - m_new);
@@ -57,16 +58,24 @@ __device__ __forceinline__ void join_if_last(const DecodeParams& p, const Decode
         o.z = o.z * a + b * part[u].z; o.w = o.w * a + b * part[u].w;
         mx = m_new;
       }
+      const int head = m.qo_head_begin + r;
+      if (m.next_merge >= 0) {  // a group partial: normalised, with its log-sum-exp
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const int64_t row = int64_t{m.out_partial} * kDecodeRows + r;
+        *reinterpret_cast<float4*>(p.partial_o + row * kHeadDim + d) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+        if (d == 0) p.partial_lse[row] = l > 0.0f ? mx + __logf(l) : -INFINITY;
+        continue;
+      }
+      // All chunks empty: the row is zeros, never NaN. The sink joins the denominator only.
+      if (p.sinks != nullptr && mx != -INFINITY) l += __expf(p.sinks[head] - mx);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      T* g_out = static_cast<T*>(p.out) + (int64_t{m.token_idx} * p.num_qo_heads + head) * kHeadDim + d;
+      *reinterpret_cast<uint2*>(g_out) =
+          make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
     }
-    const int head = m.qo_head_begin + r;
-    // All chunks empty: the row is zeros, never NaN. The sink joins the denominator only.
-    if (p.sinks != nullptr && mx != -INFINITY) l += __expf(p.sinks[head] - mx);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    T* g_out = static_cast<T*>(p.out) + (int64_t{m.token_idx} * p.num_qo_heads + head) * kHeadDim + d;
-    *reinterpret_cast<uint2*>(g_out) =
-        make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
+    if (threadIdx.x == 0) p.merge_counters[merge_idx] = 0;
+    merge_idx = m.next_merge;
   }
-  if (threadIdx.x == 0) p.merge_counters[it.merge_idx] = 0;
 }
 
 }  // namespace attnkit::planned::decode_detail
