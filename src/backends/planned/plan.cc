@@ -213,7 +213,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
         out.items[static_cast<size_t>(st.num_items++)] = {
             batch.qo_indptr[r], r, batch.kv_page_indptr[r], c.head_block * width + j, c.slice * kDecodeRows,
             c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1,
-            c.count > 1 ? merge_of(c, j) : -1, c.kv_end == batch.kv_len(r) ? 1 : 0, {0, 0}};
+            c.count > 1 ? merge_of(c, j) : -1, c.ordinal == c.count - 1 ? 1 : 0, {0, 0}};  // the last chunk holds the new key
       }
       out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = st.num_items;
     }
