@@ -110,6 +110,13 @@ std::vector<harness::CheckCase> own_cases() {
     cases.push_back(c);
   }
   {
+    // Split into more chunks than one join round takes (a few hundred positions a CTA): joined
+    // in two levels, the sinks added at the second.
+    auto c = decode_case("sinks, long split joined in two levels", heads(8, 2, 128), {24000, 7});
+    c.spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, -3.0f, 1.5f, 8.0f, -0.5f};
+    cases.push_back(c);
+  }
+  {
     auto c = decode_case("non-causal decode", heads(8, 2, 64), {700, 3});
     c.spec.causal = false;
     cases.push_back(c);
