@@ -93,10 +93,17 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   // the next lane at once, one unit's end that closed a lane light made its neighbour 19% heavier
   // than the mean.
   const int64_t mean_share = (budget + num_lanes - 1) / num_lanes;
+  // ceil((lane + 1) * budget / num_lanes), stepped without a division a lane (a 64-bit division
+  // costs tens of cycles, and a plan closes hundreds of lanes).
+  const int64_t step_q = budget / num_lanes, step_r = budget % num_lanes;
+  int64_t prefix_q = step_q, prefix_r = step_r;  // (lane + 1) * budget = prefix_q * num_lanes + prefix_r
   auto share = [&] {
-    const int64_t to_prefix_end = ((lane + 1) * budget + num_lanes - 1) / num_lanes - assigned;
-    const int64_t even_part = (budget - assigned + num_lanes - lane - 1) / (num_lanes - lane);
-    return std::min(to_prefix_end, std::max(mean_share + kCatchUp, even_part));
+    const int64_t to_prefix_end = prefix_q + (prefix_r > 0) - assigned;
+    const int64_t floor_share = mean_share + kCatchUp;
+    const int64_t left = budget - assigned, lanes_left = num_lanes - lane;
+    // The even part of what is left, ceil(left / lanes_left), only where it is above floor_share.
+    const int64_t even_part = left > floor_share * lanes_left ? (left + lanes_left - 1) / lanes_left : 0;
+    return std::min(to_prefix_end, std::max(floor_share, even_part));
   };
   int64_t target = share();
   auto close_lane = [&] {
@@ -104,6 +111,12 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     assigned += load;
     load = 0;
     lane_begin[static_cast<size_t>(++lane)] = static_cast<int32_t>(chunks.size());
+    prefix_q += step_q;
+    prefix_r += step_r;
+    if (prefix_r >= num_lanes) {
+      prefix_r -= num_lanes;
+      ++prefix_q;
+    }
     target = share();
   };
   const size_t max_merges = out.merges.size();
