@@ -383,19 +383,25 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
         *reinterpret_cast<uint2*>(g_out) = make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
       }
     }
+    // Past this barrier every warp is done with the scratch: the consumed stage is refilled at once,
+    // so the next tiles stream while this item's partial is fenced, counted and perhaps joined and
+    // the next item's query rows load (each of those an exposed L2 round trip).
+    __syncthreads();
+    if constexpr (!C::kConvert) {
+      issue_half(stage, 0);
+      issue_half(stage, 1);
+      advance();
+    }
     if (c_it.partial_idx >= 0) {
       mark(5);
       dd::join_if_last<T, kD, C::kThreads>(p, c_it, reinterpret_cast<int*>(smem + C::kFlagOffset),
                                            [&] { mark(7); });
       mark(6);
     }
-    // Every warp is past its last Q K^T of this item (the barrier above): the next item's rows.
-    if (c_item + 1 < item_end) dd::stage_q<C>(p, dd::load_item(p.items, c_item + 1), group, smem + C::kQOffset);
-    __syncthreads();  // every warp is done with the scratch, which the copies below refill
-    if constexpr (!C::kConvert) {
-      issue_half(stage, 0);
-      issue_half(stage, 1);
-      advance();
+    // Every warp is past its last Q K^T of this item (the barriers above): the next item's rows.
+    if (c_item + 1 < item_end) {
+      dd::stage_q<C>(p, dd::load_item(p.items, c_item + 1), group, smem + C::kQOffset);
+      __syncthreads();  // the rows are in place before any warp's first Q K^T of that item
     }
     c_tile = 0;
     if (++c_item < item_end) {
