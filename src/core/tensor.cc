@@ -1,6 +1,8 @@
 // TensorView helpers and Buffer: host memory here, device memory through src/cuda.
 #include "attnkit/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -41,14 +43,21 @@ namespace {
   throw Error("device cuda: this attnkit was built without CUDA (ATTNKIT_WITH_CUDA=OFF)");
 }
 constexpr size_t kHostAlignment = 64;  // one cache line, and a full AVX-512 vector
+// Host buffers of 2 MiB or more (KV pools above all) are 2 MiB-aligned and asked to be backed by
+// transparent huge pages where the kernel leaves that to the program (THP "madvise" mode): the cpu
+// backend's decode reads a KV head's rows 2 KiB apart, and on 4 KiB pages read 13-17% slower
+// (2-core Zen 4, 8 x 32768 bf16). Where THP is off the advice is ignored.
+constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
 Buffer::Buffer(Device device, size_t nbytes) : nbytes_(nbytes), device_(device) {
   if (nbytes == 0) return;
   if (device == Device::cpu) {
-    const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    data_ = std::aligned_alloc(kHostAlignment, rounded);
+    const size_t align = nbytes >= kHugePage ? kHugePage : kHostAlignment;
+    const size_t rounded = (nbytes + align - 1) / align * align;
+    data_ = std::aligned_alloc(align, rounded);
     ATTNKIT_CHECK(data_ != nullptr, "Buffer: host allocation of ", nbytes, " bytes failed");
+    if (align == kHugePage) madvise(data_, rounded, MADV_HUGEPAGE);
   } else {
 #ifdef ATTNKIT_WITH_CUDA
     data_ = cuda::device_malloc(nbytes);

@@ -59,9 +59,9 @@ HWY_AFTER_NAMESPACE();
 #include <chrono>
 #include <vector>
 
+#include "attnkit/tensor.h"
 #include "backends/cpu/ceilings.h"
 #include "backends/cpu/thread_pool.h"
-#include "hwy/aligned_allocator.h"
 
 namespace attnkit {
 namespace cpu {
@@ -87,16 +87,18 @@ double measure_read_bandwidth() {
   cpu::ThreadPool& pool = cpu::ThreadPool::global();
   const int threads = pool.num_threads();
   const int64_t n = kBandwidthBytes / static_cast<int64_t>(sizeof(float));
-  auto buffer = hwy::AllocateAligned<float>(static_cast<size_t>(n));
+  // A Buffer, like the KV pools: on the same (huge, where the system allows) pages.
+  Buffer storage(Device::cpu, static_cast<size_t>(n) * sizeof(float));
+  float* const data = static_cast<float*>(storage.data());
   // Slices of whole 4 KiB pages, each first touched by the thread that later reads it.
   const int64_t slice = (n / threads) & ~int64_t{1023};
-  pool.run(threads, [&](int64_t t, int) { std::fill_n(buffer.get() + t * slice, slice, 1.0f); });
+  pool.run(threads, [&](int64_t t, int) { std::fill_n(data + t * slice, slice, 1.0f); });
   std::vector<float> sums(static_cast<size_t>(threads));
   double best = 0.0;
   for (int pass = 0; pass < kPasses; ++pass) {
     const auto start = std::chrono::steady_clock::now();
     pool.run(threads, [&](int64_t t, int) {
-      sums[static_cast<size_t>(t)] = cpu::sum_floats_best(buffer.get() + t * slice, slice);
+      sums[static_cast<size_t>(t)] = cpu::sum_floats_best(data + t * slice, slice);
     });
     best = std::max(best, static_cast<double>(slice * threads) * sizeof(float) / seconds_since(start));
   }
