@@ -61,36 +61,6 @@ namespace decode_detail {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// 16 cached bytes -> 16-byte chunks of T (two for e4m3, one for the other 16-bit type), exactly
-// for e4m3; bf16 <-> f16 rounds once, like a cast.
-template <typename T, typename TKv>
-__device__ __forceinline__ void convert_chunk(const uint4& raw, uint4* out) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (sizeof(TKv) == 1) {
-    uint32_t o[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      o[2 * i] = tile::e4m3x2_to<T>(static_cast<uint16_t>(w[i] & 0xffffu));
-      o[2 * i + 1] = tile::e4m3x2_to<T>(static_cast<uint16_t>(w[i] >> 16));
-    }
-    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
-    out[1] = make_uint4(o[4], o[5], o[6], o[7]);
-  } else {
-    uint32_t o[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 f;
-      if constexpr (std::is_same_v<TKv, __nv_bfloat16>) {
-        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-      } else {
-        f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      }
-      o[i] = tile::pack2<T>(f.x, f.y);
-    }
-    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
-  }
-}
-
 }  // namespace decode_detail
 
 template <typename C>
