@@ -117,6 +117,11 @@ std::vector<harness::CheckCase> own_cases() {
     cases.push_back(c);
   }
   {
+    // One KV head: one split of hundreds of chunks, whose last join takes its groups in rounds.
+    auto c = decode_case("MQA, one split of hundreds of chunks", heads(8, 1, 128), {60000, 3});
+    cases.push_back(c);
+  }
+  {
     auto c = decode_case("non-causal decode", heads(8, 2, 64), {700, 3});
     c.spec.causal = false;
     cases.push_back(c);

@@ -42,7 +42,9 @@ struct DecodeWorkItem {
 // last of them to finish does the join (a counter a merge item), so no merge kernel runs.
 // A split with more chunks than one join round loads (kJoinFanIn) is joined in two levels: groups
 // of consecutive partials into group partials, then those into the output, so the CTA that finishes
-// last waits for two rounds of loads instead of one a dozen partials.
+// last waits for two rounds of loads instead of one a dozen partials. (A split of more than
+// kJoinFanIn^2 chunks, possible with one KV head, has more groups than that; its last join takes
+// them kJoinFanIn at a time.)
 inline constexpr int kJoinFanIn = 12;
 
 struct DecodeMergeItem {

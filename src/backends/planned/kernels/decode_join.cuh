@@ -34,29 +34,31 @@ __device__ __forceinline__ void join_if_last(const DecodeParams& p, const Decode
     constexpr int kQuads = kHeadDim / 4;
     for (int idx = threadIdx.x; idx < m.num_rows * kQuads; idx += kThreads) {
       const int r = idx / kQuads, d = (idx % kQuads) * 4;
-      // Online over the partials, all loads in flight at once (the planner keeps a merge to
-      // kJoinFanIn partials): o and l are relative to exp(mx). Every L2 round trip here is exposed
-      // at the kernel's end, about 1.3 us each on the H200 while the other CTAs still stream.
+      // Online over the partials, kJoinFanIn loads in flight at a time (the planner keeps most
+      // merges to one such round): o and l are relative to exp(mx). Every L2 round trip here is
+      // exposed at the kernel's end, about 1.3 us each on the H200 while the other CTAs stream.
       float mx = -INFINITY, l = 0.0f;
       float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      float lse[kJoinFanIn];
-      float4 part[kJoinFanIn];
+      for (int k0 = 0; k0 < m.num_partials; k0 += kJoinFanIn) {
+        float lse[kJoinFanIn];
+        float4 part[kJoinFanIn];
 #pragma unroll
-      for (int u = 0; u < kJoinFanIn; ++u) {
-        const int k = min(u, m.num_partials - 1);
-        const int64_t row = int64_t{m.partial_begin + k} * kDecodeRows + r;
-        lse[u] = u < m.num_partials ? __ldcg(p.partial_lse + row) : -INFINITY;
-        part[u] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + row * kHeadDim + d));
-      }
+        for (int u = 0; u < kJoinFanIn; ++u) {
+          const int k = min(k0 + u, m.num_partials - 1);
+          const int64_t row = int64_t{m.partial_begin + k} * kDecodeRows + r;
+          lse[u] = k0 + u < m.num_partials ? __ldcg(p.partial_lse + row) : -INFINITY;
+          part[u] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + row * kHeadDim + d));
+        }
 #pragma unroll
-      for (int u = 0; u < kJoinFanIn; ++u) {
-        if (lse[u] == -INFINITY) continue;  // an empty chunk adds nothing (and -inf - -inf is NaN)
-        const float m_new = fmaxf(mx, lse[u]);
-        const float a = __expf(mx - m_new), b = __expf(lse[u] - m_new);
-        l = l * a + b;
-        o.x = o.x * a + b * part[u].x; o.y = o.y * a + b * part[u].y;
-        o.z = o.z * a + b * part[u].z; o.w = o.w * a + b * part[u].w;
-        mx = m_new;
+        for (int u = 0; u < kJoinFanIn; ++u) {
+          if (lse[u] == -INFINITY) continue;  // an empty chunk adds nothing (and -inf - -inf is NaN)
+          const float m_new = fmaxf(mx, lse[u]);
+          const float a = __expf(mx - m_new), b = __expf(lse[u] - m_new);
+          l = l * a + b;
+          o.x = o.x * a + b * part[u].x; o.y = o.y * a + b * part[u].y;
+          o.z = o.z * a + b * part[u].z; o.w = o.w * a + b * part[u].w;
+          mx = m_new;
+        }
       }
       const int head = m.qo_head_begin + r;
       if (m.next_merge >= 0) {  // a group partial: normalised, with its log-sum-exp
