@@ -28,16 +28,10 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-if [[ -z "$shapes_arg" ]]; then
-  shapes_arg=$(python3 -c 'import sys; sys.path.insert(0, "bench/peers"); import shapes
-print(";".join(s.name for s in shapes.SHAPES if s.name.startswith("decode")))')
-fi
+[[ -z "$shapes_arg" ]] && shapes_arg=$(python3 bench/peers/shapes.py names decode | paste -sd';')
 IFS=';' read -r -a shapes <<<"$shapes_arg"
 
-# Where libcublas.so.13 lives on this image (the toolkit, or the CUDA wheels beside torch).
-cublas_dirs=$( (ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null;
-  python3 -c 'import nvidia, os; print("\n".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null) |
-  while read -r d; do [[ -e "$d/libcublas.so.13" ]] && echo "$d"; done | paste -sd:)
+cublas_dirs=$(scripts/cuda-lib-dirs.sh)
 
 for t in ${AB_TESTS:-}; do
   if LD_LIBRARY_PATH="$root/$dist_b/lib${cublas_dirs:+:$cublas_dirs}" "$dist_a/tests/$t" --gtest_color=no \

@@ -46,10 +46,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,tem
   --format=csv,noheader || note "nvidia-smi failed"
 echo "commit: $(cat dist/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
-# Where libcublas.so.13 lives on this image (the toolkit, or the CUDA wheels beside torch).
-cublas_dirs=$( (ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null;
-  python3 -c 'import nvidia, os; print("\n".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null) |
-  while read -r d; do [[ -e "$d/libcublas.so.13" ]] && echo "$d"; done | paste -sd:)
+cublas_dirs=$(scripts/cuda-lib-dirs.sh)
 section "binaries"
 if [[ -x dist/attnkit ]]; then
   tool=dist/attnkit

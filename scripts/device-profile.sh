@@ -24,9 +24,7 @@ sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Memo
 # Clocks are left as they are (the machine's notes ask for it; it is also how the benchmarks run).
 ncu_base=(ncu --clock-control none --target-processes all)
 
-cublas_dirs=$( (ls -d /usr/local/cuda/lib64 2>/dev/null;
-  python3 -c 'import nvidia, os; print("\n".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null) |
-  while read -r d; do [[ -e "$d/libcublas.so.13" ]] && echo "$d"; done | paste -sd:)
+cublas_dirs=$(scripts/cuda-lib-dirs.sh)
 export LD_LIBRARY_PATH="$root/dist/lib${cublas_dirs:+:$cublas_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [[ "$peer" != none ]] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -37,24 +35,9 @@ if [[ "$peer" != none ]] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 ncu --version | tail -1
 
-# attnkit bench's arguments for a shapes.py name.
-bench_args() {
-  python3 - "$1" <<'EOF'
-import sys
-sys.path.insert(0, "bench/peers")
-import shapes
-s = next(s for s in shapes.SHAPES if s.name == sys.argv[1])
-reqs = {}
-for p, n in s.requests:
-    reqs[(p, n)] = reqs.get((p, n), 0) + 1
-print(f"--phase {s.phase} --requests " + ",".join(f"{p}+{n}x{c}" for (p, n), c in reqs.items())
-      + ("" if s.causal else " --non-causal"))
-EOF
-}
-
 for shape in "$@"; do
   tag=$(tr ' +' '__' <<<"$shape")
-  args=$(bench_args "$shape") || { echo "unknown shape: $shape"; continue; }
+  args=$(python3 bench/peers/shapes.py bench-args "$shape") || { echo "unknown shape: $shape"; continue; }
   echo "==================== $shape: attnkit $backend ($args)"
   # Every kernel of the 4th..6th timed forwards (store, decode, merge...): time and DRAM bytes.
   [[ -z "${PROFILE_METRICS:-}" ]] && "${ncu_base[@]}" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \

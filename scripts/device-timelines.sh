@@ -12,25 +12,17 @@ dist=dist
 if [[ $# -gt 0 && "$1" != --* ]]; then dist="$1"; shift; fi
 shapes_arg=""
 [[ "${1:-}" == --shapes ]] && shapes_arg="$2"
-cublas_dirs=$(python3 -c 'import nvidia, os; print(":".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null)
+cublas_dirs=$(scripts/cuda-lib-dirs.sh)
 export LD_LIBRARY_PATH="$root/$dist/lib${cublas_dirs:+:$cublas_dirs}"
-python3 - "$shapes_arg" <<'PY' | while IFS='|' read -r name args; do
-import sys
-sys.path.insert(0, "bench/peers")
-import shapes
-wanted = [n for n in sys.argv[1].split(";") if n]
-for s in shapes.SHAPES:
-    if s.phase != "decode" or (wanted and s.name not in wanted):
-        continue
-    reqs = {}
-    for p, n in s.requests:
-        reqs[(p, n)] = reqs.get((p, n), 0) + 1
-    print(s.name + "|--phase decode --requests " + ",".join(f"{p}+{n}x{c}" for (p, n), c in reqs.items()))
-PY
+if [[ -n "$shapes_arg" ]]; then names=$(tr ';' '\n' <<<"$shapes_arg"); else names=$(python3 bench/peers/shapes.py names decode); fi
+while IFS= read -r name; do
+  [[ -z "$name" ]] && continue
+  args=$(python3 bench/peers/shapes.py bench-args "$name") || { echo "unknown shape: $name"; continue; }
   tag=$(tr ' +' '__' <<<"$name")
   # shellcheck disable=SC2086 # args is a list of options
   ATTNKIT_DECODE_TIMELINE="$out/timeline.$tag.csv" "$dist/attnkit" bench --backend planned --preset llama3-8b \
     --page-size 16 $args --warmup 3 --repeats 3 >/dev/null 2>&1 || echo "$name: bench FAILED"
   echo "=== $name"
+  [[ -f "$out/timeline.$tag.csv" ]] || { echo "no timeline written (no GPU, or the planned backend skipped)"; continue; }
   python3 scripts/decode-timeline.py "$out/timeline.$tag.csv"
-done
+done <<<"$names"

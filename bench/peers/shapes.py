@@ -113,3 +113,16 @@ def by_name(names: Optional[List[str]]) -> List[Shape]:
     if missing:
         raise SystemExit(f"unknown shape(s) {missing}; known: {list(known)}")
     return [known[n] for n in names]
+
+
+if __name__ == "__main__":
+    # For the device scripts: `shapes.py names [PHASE]` prints the shape names, one a line;
+    # `shapes.py bench-args NAME` prints `attnkit bench`'s options for that shape.
+    import sys
+
+    if len(sys.argv) >= 2 and sys.argv[1] == "names":
+        print("\n".join(s.name for s in SHAPES if len(sys.argv) < 3 or s.phase == sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "bench-args":
+        print(" ".join(by_name([sys.argv[2]])[0].attnkit_bench_args(True)))
+    else:
+        raise SystemExit("usage: shapes.py names [decode|prefill] | shapes.py bench-args NAME")
