@@ -27,13 +27,13 @@ int max_decode_partials(const PlanShape& shape) {
 }
 
 namespace {
-// First-level groups of a split of `count` chunks: 0 where one level joins it.
-int join_groups(int count) { return count > kJoinFanIn ? (count + kJoinFanIn - 1) / kJoinFanIn : 0; }
-// The group of chunk k (groups of near-equal size, in order).
-int join_group_of(int k, int count, int groups) { return ((k + 1) * groups - 1) / count; }
-}  // namespace
 
-namespace {
+// First-level groups of a split of `count` chunks: 0 where one level joins it. Group g holds
+// chunks [g * count / groups, (g + 1) * count / groups): near-equal sizes, in order.
+int join_groups(int count) { return count > kJoinFanIn ? (count + kJoinFanIn - 1) / kJoinFanIn : 0; }
+int join_group_begin(int g, int count, int groups) { return g * count / groups; }
+// The group of chunk k: the g with join_group_begin(g) <= k < join_group_begin(g + 1).
+int join_group_of(int k, int count, int groups) { return ((k + 1) * groups - 1) / count; }
 
 // One contiguous KV range of one unit, on one lane, before it becomes items.
 struct Chunk {
@@ -46,11 +46,11 @@ struct Chunk {
 }  // namespace
 
 // Worked example (llama3-8b heads, 8 KV heads, 264 CTAs, one CTA a lane): 32 requests of 128 and
-// 32 of 8192 are 256 units of 128 and 256 of 8192, costing 256 * (128 + 64) + 256 * (8192 + 64)
-// = 2,162,688, so each CTA's share is about 8,256: the first CTA takes 43 short units, every long
-// one fills about one CTA, and a unit is cut only where a share ends (at most 263 cuts, each joined
-// by one small merge item). One request of 32768 (8 units) gives shares of about 1,059: 32 chunks
-// of 960-1,024 positions a unit. With lanes of 8 CTAs the same happens per lane, per head.
+// 32 of 8192 are 256 units of 128 and 256 of 8192, costing 256 * (128 + 192) + 256 * (8192 + 192)
+// = 2,228,224 plus an item's cost for each of the 263 cuts there can be, so each CTA's share is
+// about 8,630: a CTA takes short units whole or about one long one, and a unit is cut only where a
+// share ends. One request of 32768 (8 units) gives shares of about 1,190: 33 chunks of 976-1,008
+// positions a unit, joined in two levels. With lanes of 8 CTAs the same happens per lane, per head.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out) {
   DecodePlanStats st;
   const int num_ctas = shape.num_ctas;
@@ -178,12 +178,9 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
             const int32_t last = st.num_merges + groups;                    // its output merge
             for (int g = 0; g < groups; ++g) {
               DecodeMergeItem m = head;
-              int lo = 0;
-              while (join_group_of(lo, count, groups) < g) ++lo;
-              int hi = lo;
-              while (hi < count && join_group_of(hi, count, groups) == g) ++hi;
+              const int lo = join_group_begin(g, count, groups);
               m.partial_begin = base + j * count + lo;
-              m.num_partials = hi - lo;
+              m.num_partials = join_group_begin(g + 1, count, groups) - lo;
               m.next_merge = last;
               m.out_partial = group_base + g;
               out.merges[static_cast<size_t>(st.num_merges++)] = m;
