@@ -49,8 +49,9 @@ struct Chunk {
 // 32 of 8192 are 256 units of 128 and 256 of 8192, costing 256 * (128 + 192) + 256 * (8192 + 192)
 // = 2,228,224 plus an item's cost for each of the 263 cuts there can be, so each CTA's share is
 // about 8,630: a CTA takes short units whole or about one long one, and a unit is cut only where a
-// share ends. One request of 32768 (8 units) gives shares of about 1,190: 33 chunks of 976-1,008
-// positions a unit, joined in two levels. With lanes of 8 CTAs the same happens per lane, per head.
+// share ends. One request of 32768 (8 units) gives shares of about 1,190: 33 chunks of 992-1,008
+// positions a unit (the last shorter), joined in two levels. With lanes of 8 CTAs the same happens
+// per lane, per head.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out) {
   DecodePlanStats st;
   const int num_ctas = shape.num_ctas;
