@@ -4,11 +4,9 @@
 // functions compiled for that extension alone and called only when the CPU reports it.
 #include "backends/cpu/kernels/bf16_dot.h"
 
-#include <immintrin.h>
+#include "backends/cpu/kernels/bf16_intrinsics.h"
 
 namespace attnkit::cpu {
-
-#define ATTNKIT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 bool bf16_dot_available() {
   static const bool kAvailable = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -23,8 +21,6 @@ constexpr int kQkKeys = 4;     // keys a QK micro-tile holds: 4 x 4 accumulators
 constexpr int kQkRowVecs = 4;  // row vectors a QK micro-tile holds (64 rows)
 constexpr int kPvRows = 4;     // rows a PV micro-tile holds
 constexpr int kPvColVecs = 4;  // column vectors a PV micro-tile holds (64 columns)
-
-ATTNKIT_BF16_TARGET inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
 
 template <int kTok, int kVecs>
 ATTNKIT_BF16_TARGET inline void qk_micro(const Bf16Pair* qp, int m_pad, int pairs, const uint16_t* const* k, int t0,
@@ -139,7 +135,5 @@ ATTNKIT_BF16_TARGET void bf16_pv_tile(const Bf16Pair* pp, int m_pad, int rows, c
     for (int c = 0; c < dv; c += kPvColVecs * kL) pv_micro<kPvColVecs>(pp, m_pad, vp, dv, pairs, alpha, o, o_stride, r, c);
   }
 }
-
-#undef ATTNKIT_BF16_TARGET
 
 }  // namespace attnkit::cpu

@@ -5,23 +5,15 @@
 // pair, so o accumulates in the unpack's column order, put back once per unit.
 #include "backends/cpu/kernels/decode_bf16.h"
 
-// GCC 12's unmasked AVX-512 intrinsics pass an undefined vector as their unused merge source and
-// then warn that it is (maybe) uninitialised, from their own headers: silenced for this file.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "backends/cpu/kernels/bf16_intrinsics.h"
 
 namespace attnkit::cpu {
-
-#define ATTNKIT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace {
 
 constexpr int kPairLanes = 16;   // fp32 lanes of a vector, each holding one bf16 pair's products
 constexpr int kVecElems = 32;    // bf16 elements of a vector
 constexpr int kQkKeys = 4;       // keys a QK block holds: 4 keys x up to 4 heads accumulators
-
-ATTNKIT_BF16_TARGET inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
 
 // The lane sums of x0..x3 in one 128-bit vector: interleaves pair the four inside each 128-bit
 // block (3 adds, 6 shuffles for all four), then the blocks fold.
@@ -176,7 +168,5 @@ ATTNKIT_BF16_TARGET void bf16_pairs_to_natural(float* o, int dv) {
     _mm512_storeu_ps(o + g + kPairLanes, _mm512_permutex2var_ps(lo, second, hi));
   }
 }
-
-#undef ATTNKIT_BF16_TARGET
 
 }  // namespace attnkit::cpu
