@@ -119,7 +119,7 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   for (int v = 0; v < num_variants(); ++v) {
     const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, v, staging);
     stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);
-    if (timeline_ && v == 0) timeline_->set_plan(view.cta_item_indptr, view.items);
+    if (timeline_) timeline_->set_plan(v, view.cta_item_indptr, view.items);
   }
   num_prefill_items_ = 0;
   if (need.prefill_items > 0) {
@@ -238,7 +238,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.kv_dtype = c.dtype;
   if (timeline_) dec.timeline = timeline_->begin(stream());
   planned::launch_decode(dec, stream());
-  if (timeline_) timeline_->write_after(stream());
+  if (timeline_) timeline_->write_after(stream(), var);
 }
 
 void register_planned_backend(Registry& registry) {

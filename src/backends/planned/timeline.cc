@@ -17,17 +17,20 @@ std::unique_ptr<DecodeTimeline> DecodeTimeline::from_environment(int num_ctas) {
 DecodeTimeline::DecodeTimeline(std::string path, int num_ctas)
     : path_(std::move(path)),
       num_ctas_(num_ctas),
-      records_(Device::cuda, static_cast<size_t>(num_ctas) * kTimelineSlots * sizeof(unsigned long long)),
-      cta_items_(static_cast<size_t>(num_ctas), 0),
-      cta_keys_(static_cast<size_t>(num_ctas), 0) {}
+      records_(Device::cuda, static_cast<size_t>(num_ctas) * kTimelineSlots * sizeof(unsigned long long)) {}
 
-void DecodeTimeline::set_plan(std::span<const int32_t> cta_item_indptr, std::span<const DecodeWorkItem> items) {
+void DecodeTimeline::set_plan(int variant, std::span<const int32_t> cta_item_indptr,
+                              std::span<const DecodeWorkItem> items) {
+  if (variants_.size() <= static_cast<size_t>(variant)) variants_.resize(static_cast<size_t>(variant) + 1);
+  PerCta& v = variants_[static_cast<size_t>(variant)];
+  v.items.assign(static_cast<size_t>(num_ctas_), 0);
+  v.keys.assign(static_cast<size_t>(num_ctas_), 0);
   for (int c = 0; c < num_ctas_; ++c) {
     const int begin = cta_item_indptr[static_cast<size_t>(c)], end = cta_item_indptr[static_cast<size_t>(c) + 1];
     int keys = 0;
     for (int i = begin; i < end; ++i) keys += items[static_cast<size_t>(i)].kv_end - items[static_cast<size_t>(i)].kv_begin;
-    cta_items_[static_cast<size_t>(c)] = end - begin;
-    cta_keys_[static_cast<size_t>(c)] = keys;
+    v.items[static_cast<size_t>(c)] = end - begin;
+    v.keys[static_cast<size_t>(c)] = keys;
   }
 }
 
@@ -36,7 +39,8 @@ unsigned long long* DecodeTimeline::begin(cudaStream_t stream) {
   return static_cast<unsigned long long*>(records_.data());
 }
 
-void DecodeTimeline::write_after(cudaStream_t stream) const {
+void DecodeTimeline::write_after(cudaStream_t stream, int variant) const {
+  const PerCta& v = variants_.at(static_cast<size_t>(variant));
   ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<unsigned long long> r(static_cast<size_t>(num_ctas_) * kTimelineSlots);
   ATTNKIT_CUDA_CHECK(cudaMemcpy(r.data(), records_.data(), r.size() * sizeof(r[0]), cudaMemcpyDeviceToHost));
@@ -48,9 +52,9 @@ void DecodeTimeline::write_after(cudaStream_t stream) const {
   for (int c = 0; c < num_ctas_; ++c) {
     const unsigned long long* x = r.data() + static_cast<size_t>(c) * kTimelineSlots;
     // A CTA without items records no tiles: its tile times are its exit.
-    const unsigned long long first = cta_items_[static_cast<size_t>(c)] > 0 ? x[2] : x[4];
-    const unsigned long long last = cta_items_[static_cast<size_t>(c)] > 0 ? x[3] : x[4];
-    f << c << ',' << x[0] << ',' << cta_items_[static_cast<size_t>(c)] << ',' << cta_keys_[static_cast<size_t>(c)] << ','
+    const unsigned long long first = v.items[static_cast<size_t>(c)] > 0 ? x[2] : x[4];
+    const unsigned long long last = v.items[static_cast<size_t>(c)] > 0 ? x[3] : x[4];
+    f << c << ',' << x[0] << ',' << v.items[static_cast<size_t>(c)] << ',' << v.keys[static_cast<size_t>(c)] << ','
       << x[1] - t0 << ',' << first - t0 << ',' << last - t0 << ',' << x[4] - t0 << ','
       << (x[6] > x[5] ? x[6] - x[5] : 0) << ',' << (x[7] > x[5] && x[6] > x[7] ? x[6] - x[7] : 0) << '\n';
   }

@@ -21,19 +21,23 @@ class DecodeTimeline {
   // Null unless ATTNKIT_DECODE_TIMELINE names a file.
   static std::unique_ptr<DecodeTimeline> from_environment(int num_ctas);
 
-  // The plan about to run: each CTA's items and KV positions, written beside its times.
-  void set_plan(std::span<const int32_t> cta_item_indptr, std::span<const DecodeWorkItem> items);
+  // Plan variant `variant` (a window's) as planned: each CTA's items and KV positions, written beside
+  // its times when a launch of that variant is.
+  void set_plan(int variant, std::span<const int32_t> cta_item_indptr, std::span<const DecodeWorkItem> items);
   // Zeroes the records (queued on `stream`) and returns them for the launch's DecodeParams.
   unsigned long long* begin(cudaStream_t stream);
-  // Waits for the launch just queued on `stream` and writes the file.
-  void write_after(cudaStream_t stream) const;
+  // Waits for the launch of plan variant `variant` just queued on `stream` and writes the file.
+  void write_after(cudaStream_t stream, int variant) const;
 
  private:
   DecodeTimeline(std::string path, int num_ctas);
   std::string path_;
   int num_ctas_;
   Buffer records_;  // [num_ctas, kTimelineSlots] u64, device
-  std::vector<int32_t> cta_items_, cta_keys_;
+  struct PerCta {
+    std::vector<int32_t> items, keys;
+  };
+  std::vector<PerCta> variants_;  // grown to the variants planned
 };
 
 }  // namespace attnkit::planned
