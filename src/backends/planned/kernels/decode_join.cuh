@@ -1,9 +1,9 @@
 // The split-KV join, inside the decode kernel: the CTA that writes a split's last partial to finish
 // combines all of them into the output (or, for long splits, a group's into a group partial, then
-// the groups' into the output). Each partial's CTA fences its writes and counts itself on
-// the merge item's counter; the one that sees the count complete reads the partials back from L2
-// (they are never in its L1) and resets the counter for the next launch or graph replay. No merge
-// kernel and no launch of one: the joins of large batches overlap other CTAs' streaming.
+// the groups' into the output). Each partial's CTA counts itself on the merge item's counter
+// (release and acquire at GPU scope); the one that sees the count complete reads the partials back
+// from L2 (they are never in its L1) and resets the counter for the next launch or graph replay. No
+// merge kernel and no launch of one: the joins of large batches overlap other CTAs' streaming.
 #pragma once
 
 #include <cmath>
@@ -12,6 +12,13 @@
 #include "backends/planned/kernels/prefill_tile.cuh"
 
 namespace attnkit::planned::decode_detail {
+
+// atomicAdd(counter, 1) with acquire and release semantics at GPU scope; returns the old value.
+__device__ __forceinline__ int count_acq_rel(int32_t* counter) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
 
 // Called by every thread of the CTA after it wrote partial `it.partial_idx` (uniform across the
 // CTA: it contains __syncthreads). `s_flag` is one int of shared memory. A first-level merge (a
@@ -22,14 +29,16 @@ template <typename T, int kHeadDim, int kThreads, typename OnJoin>
 __device__ __forceinline__ void join_if_last(const DecodeParams& p, const DecodeWorkItem& it, int* s_flag,
                                              OnJoin on_join) {
   for (int merge_idx = it.merge_idx; merge_idx >= 0;) {
-    __threadfence();  // this CTA's partial is visible GPU-wide before it is counted
+    // The CTA barrier orders every thread's partial writes before thread 0's count, whose release
+    // makes them visible GPU-wide (cumulativity) and whose acquire, with the barrier after it,
+    // orders the joiner's reads after the other CTAs' writes: one fence at GPU scope a CTA, where a
+    // __threadfence in every thread, before and after, waited on each thread's own stores twice.
     __syncthreads();
     const DecodeMergeItem m = p.merges[merge_idx];
-    if (threadIdx.x == 0) *s_flag = atomicAdd(p.merge_counters + merge_idx, 1) == m.num_partials - 1;
+    if (threadIdx.x == 0) *s_flag = count_acq_rel(p.merge_counters + merge_idx) == m.num_partials - 1;
     __syncthreads();
     if (*s_flag == 0) return;
     on_join();
-    __threadfence();  // every other partial's writes are seen by the reads below
 
     constexpr int kQuads = kHeadDim / 4;
     for (int idx = threadIdx.x; idx < m.num_rows * kQuads; idx += kThreads) {

@@ -104,8 +104,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   auto bar = [&](int s, int half) { return s_base + C::kBarOffset + ((s * C::kWarps + warp) * 2 + half) * 8; };
   if (tid < kS * C::kWarps * 2) dd::mbar_init(s_base + C::kBarOffset + tid * 8, 32);  // a lane's arrival each
   dd::mbar_init_fence();
-  dd::stage_q<C>(p, dd::load_item(p.items, item_begin), group, smem + C::kQOffset);
-  __syncthreads();
+  __syncthreads();  // every barrier is initialised before any copy arrives on it
   const uint32_t s_q = s_base + C::kQOffset;
 
   // Producer: this warp's next tile to copy; it runs kS tiles ahead, across item boundaries. Tile n
@@ -140,6 +139,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     issue_half(s, 1);
     advance();
   }
+  // The first item's query rows load while the first tiles are in flight (before them, their
+  // round trip delayed the first copies by as much).
+  dd::stage_q<C>(p, dd::load_item(p.items, item_begin), group, smem + C::kQOffset);
+  __syncthreads();
 
   // Consumer state: this warp's online softmax over its keys of the current item.
   int c_item = item_begin, c_tile = 0;
