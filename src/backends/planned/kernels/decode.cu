@@ -30,13 +30,13 @@ int ctas_per_sm() {
 template <typename C>
 void launch(const DecodeParams& p, cudaStream_t stream) {
   set_smem_limit<C>();
-  // Programmatic serialisation where the cache store kernel runs just before: the kernel may
-  // launch while the store runs, and waits for it (griddepcontrol.wait) before its first cache
-  // read; the launch latency is hidden. Not otherwise: the kernel reads q before that wait, and
-  // the kernel before it (the model's) may let dependents start early.
+  // Programmatic serialisation: the kernel may launch while the kernel before it (the cache store,
+  // or the model's) still runs, and reads only the plan before it waits for that kernel to complete
+  // (griddepcontrol.wait); q, the cache and the split counters come after. The launch latency and
+  // the plan's first round trips are hidden behind the previous kernel's tail.
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = p.new_k == nullptr ? 1 : 0;
+  attr.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(p.num_ctas));
   config.blockDim = dim3(C::kThreads);
