@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     }
     if (p_item < item_end) r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);
   };
-  // Launched with programmatic serialisation: everything above (reads of the plan only) may overlap
-  // the kernel before this one; q, the cache and the split counters are touched only after it completes.
+  // Launched with programmatic serialisation: everything above (reads of the plan only) overlapped
+  // the cache store before this kernel; q and the cache are read only after it completes.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kS; ++s) {
