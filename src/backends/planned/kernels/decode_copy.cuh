@@ -170,52 +170,23 @@ __device__ __forceinline__ void store_new_rows(const DecodeParams& p, const Deco
   }
 }
 
-// An item's query rows go to shared memory (swizzled like the extend kernel's tiles, so the 8 rows
+// The item's query rows into shared memory (swizzled like the extend kernel's tiles, so the 8 rows
 // of one ldmatrix phase fall into 8 bank groups), rows past the slice's heads zero. The whole CTA
 // copies: the rows are shared by its warps, and keeping them out of registers leaves those to the
-// accumulators (with them in registers the head_dim 128 kernel spilled at 3 CTAs an SM). Between
-// load and store a thread holds its chunks of them (one at head_dim 128): the next item's rows
-// load during the current item's last tile and are stored once its warps are done with theirs.
+// accumulators (with them in registers the head_dim 128 kernel spilled at 3 CTAs an SM).
 template <typename C>
-struct QueryRows {
-  static constexpr int kChunks = C::kHeadDim / 8;  // 16-byte chunks a row
-  static constexpr int kPerThread = (C::kRows * kChunks + C::kThreads - 1) / C::kThreads;
-  uint4 v[kPerThread];
-};
-
-template <typename C>
-__device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeWorkItem& it, int group, QueryRows<C>& q) {
-  constexpr int kChunks = QueryRows<C>::kChunks;
+__device__ __forceinline__ void stage_q(const DecodeParams& p, const DecodeWorkItem& it, int group,
+                                        unsigned char* s_q) {
+  constexpr int kChunks = C::kHeadDim / 8;  // 16-byte chunks a row
   const int rows = min(C::kRows, group - it.row_begin);
   const uint4* g_q = reinterpret_cast<const uint4*>(
       static_cast<const typename C::T*>(p.q) +
       (int64_t{it.token_idx} * p.num_qo_heads + it.kv_head_idx * group + it.row_begin) * C::kHeadDim);
-#pragma unroll
-  for (int i = 0; i < QueryRows<C>::kPerThread; ++i) {
-    const int idx = threadIdx.x + i * C::kThreads;
+  for (int idx = threadIdx.x; idx < C::kRows * kChunks; idx += C::kThreads) {
     const int r = idx / kChunks, c = idx % kChunks;
-    q.v[i] = idx < C::kRows * kChunks && r < rows ? __ldg(g_q + r * kChunks + c) : make_uint4(0u, 0u, 0u, 0u);
+    const uint4 v = r < rows ? __ldg(g_q + r * kChunks + c) : make_uint4(0u, 0u, 0u, 0u);
+    *reinterpret_cast<uint4*>(s_q + tile::swizzle<C::kHeadDim>(r, c)) = v;
   }
-}
-
-template <typename C>
-__device__ __forceinline__ void store_q(const QueryRows<C>& q, unsigned char* s_q) {
-  constexpr int kChunks = QueryRows<C>::kChunks;
-#pragma unroll
-  for (int i = 0; i < QueryRows<C>::kPerThread; ++i) {
-    const int idx = threadIdx.x + i * C::kThreads;
-    if (idx < C::kRows * kChunks) {
-      *reinterpret_cast<uint4*>(s_q + tile::swizzle<C::kHeadDim>(idx / kChunks, idx % kChunks)) = q.v[i];
-    }
-  }
-}
-
-template <typename C>
-__device__ __forceinline__ void stage_q(const DecodeParams& p, const DecodeWorkItem& it, int group,
-                                        unsigned char* s_q) {
-  QueryRows<C> q;
-  load_q<C>(p, it, group, q);
-  store_q<C>(q, s_q);
 }
 
 // 16 cached bytes -> 16-byte chunks of T (two for e4m3, one for the other 16-bit type), exactly

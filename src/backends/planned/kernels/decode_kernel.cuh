@@ -167,12 +167,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
   };
 
-  dd::QueryRows<C> next_q;  // the next item's query rows, loaded at the start of this item's last tile
   for (int it_idx = 0; c_item < item_end; ++it_idx) {
     const int stage = it_idx % kS;
     const uint32_t parity = static_cast<uint32_t>(it_idx / kS) & 1u;
-    const bool item_last = c_tile + 1 == c_tiles;
-    if (item_last && c_item + 1 < item_end) dd::load_q<C>(p, dd::load_item(p.items, c_item + 1), group, next_q);
     // This tile's K, and with a conversion its V as well (both are converted at once).
     dd::mbar_wait(bar(stage, 0), parity);
     if constexpr (C::kConvert) dd::mbar_wait(bar(stage, 1), parity);
@@ -236,6 +233,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     }
     // K's half of the stage is read: its next tile is copied now, except on the item's last tile,
     // whose stage is the scratch of the warps' combine below.
+    const bool item_last = c_tile + 1 == c_tiles;
     if constexpr (!C::kConvert) {
       if (!item_last) issue_half(stage, 0);
     }
@@ -308,9 +306,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     // The item's last tile: the four warps' states meet in shared memory and are written out. The
     // stage just consumed has no copy in flight: its next tile is issued after the last barrier.
     __syncthreads();  // every warp is done reading the stage (or conversion buffer) reused here
-    // ... and the query rows (read at an item's first tile): the next item's go in now; the
-    // barrier after the combine puts them in place before any warp's first Q K^T of that item.
-    if (c_item + 1 < item_end) dd::store_q<C>(next_q, smem + C::kQOffset);
     if (c_item + 1 == item_end) mark(3);
     float* s_o = reinterpret_cast<float*>(C::kConvert ? smem + C::kConvOffset : s_stage);  // [kWarps, kRows, kD]
 #pragma unroll
@@ -375,6 +370,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       dd::join_if_last<T, kD, C::kThreads>(p, c_it, reinterpret_cast<int*>(smem + C::kFlagOffset),
                                            [&] { mark(7); });
       mark(6);
+    }
+    // Every warp is past its last Q K^T of this item (the barriers above): the next item's rows.
+    if (c_item + 1 < item_end) {
+      dd::stage_q<C>(p, dd::load_item(p.items, c_item + 1), group, smem + C::kQOffset);
+      __syncthreads();  // the rows are in place before any warp's first Q K^T of that item
     }
     c_tile = 0;
     if (++c_item < item_end) {
