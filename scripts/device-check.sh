@@ -120,6 +120,12 @@ if [[ $run_peers == 1 ]]; then
   # shellcheck disable=SC2086 # PEERS_ARGS is a list of options
   timeout "${PEERS_TIMEOUT:-480}" python3 bench/peers/run_peers.py --json "$out/peers.json" --prebuild \
     --save-aot "$out/flashinfer-aot.tar.xz" "${shape_opts[@]}" "${peers_opts[@]}" ${PEERS_ARGS:-} || note "peers FAILED or timed out"
+  section "plan time"
+  if [[ " $gpu_backends " == *" planned "* ]]; then
+    (cd bench/peers && python3 plan_time.py --tool "$root/$tool" --json "$out/plan_time.json") | tee "$out/plan_time.md" ||
+      note "plan time FAILED"
+    while read -r line; do note "plan $line"; done < <(grep -E '^\| 256' "$out/plan_time.md")
+  fi
 fi
 
 if [[ $sanitize == 1 ]]; then
