@@ -32,15 +32,29 @@ namespace {
 // chunks [g * count / groups, (g + 1) * count / groups): near-equal sizes, in order.
 int join_groups(int count) { return count > kJoinFanIn ? (count + kJoinFanIn - 1) / kJoinFanIn : 0; }
 int join_group_begin(int g, int count, int groups) { return g * count / groups; }
-// The group of chunk k: the g with join_group_begin(g) <= k < join_group_begin(g + 1).
-int join_group_of(int k, int count, int groups) { return ((k + 1) * groups - 1) / count; }
 
-// One contiguous KV range of one unit, on one lane, before it becomes items.
-struct Chunk {
-  int32_t request_idx, head_block, slice, kv_begin, kv_end, lane;
-  int32_t ordinal, count;  // its place among its unit's chunks, and how many there are
-  int32_t partial_base;    // count > 1: the unit's first partial slot (head j: + j * count)
-  int32_t merge_base;      // count > 1: the unit's first merge item (head j: + j * (join_groups + 1))
+// Where pass 1 writes chunks: each as head 0's item of its lane, so that with one CTA a lane (the
+// default) the chunks are the plan's items, written once in place. With wider lanes they go to a
+// scratch list and pass 2 copies each to the lane's CTAs, one head each; reserved[] then carries
+// what head j adds to partial_idx and merge_idx (0 for an unsplit unit), and is cleared there.
+struct ChunkList {
+  DecodeWorkItem* data;
+  size_t capacity;
+  size_t size = 0;
+  std::vector<DecodeWorkItem>* scratch;  // null: data is the plan's items, never grown
+  void push(const DecodeWorkItem& item) {
+    if (size >= capacity) [[unlikely]] {
+      if (!scratch) {  // counted, not written: the caller reports the shortfall once planned
+        ++size;
+        return;
+      }
+      scratch->resize(std::max<size_t>(2 * capacity, 64));
+      data = scratch->data();
+      capacity = scratch->size();
+    }
+    data[size++] = item;
+  }
+  bool written(size_t end) const { return end <= capacity; }
 };
 
 }  // namespace
@@ -77,10 +91,17 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
 
   // Pass 1: cut units into chunks on lanes. Each cut adds a chunk (and its fixed cost); budgeting
   // for the most cuts there can be keeps the extra from piling up on the last lane.
-  thread_local std::vector<Chunk> chunks;
-  thread_local std::vector<int32_t> lane_begin;
-  chunks.clear();
-  lane_begin.assign(static_cast<size_t>(num_lanes) + 1, 0);
+  thread_local std::vector<DecodeWorkItem> lane_chunks;
+  thread_local std::vector<int32_t> lane_begin_scratch;
+  ChunkList chunks = width == 1 ? ChunkList{out.items.data(), out.items.size(), 0, nullptr}
+                                : ChunkList{lane_chunks.data(), lane_chunks.size(), 0, &lane_chunks};
+  // With one CTA a lane, lane l's first chunk is CTA l's first item.
+  int32_t* lane_begin = out.cta_item_indptr.data();
+  if (width > 1) {
+    lane_begin_scratch.resize(static_cast<size_t>(num_lanes) + 1);
+    lane_begin = lane_begin_scratch.data();
+  }
+  lane_begin[0] = 0;
   const int64_t budget = lane_total + int64_t{num_lanes - 1} * kItemCost;
   int lane = 0;
   int64_t assigned = 0;  // cost of the lanes already closed
@@ -111,7 +132,7 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     max_load = std::max(max_load, load);
     assigned += load;
     load = 0;
-    lane_begin[static_cast<size_t>(++lane)] = static_cast<int32_t>(chunks.size());
+    lane_begin[++lane] = static_cast<int32_t>(chunks.size);
     prefix_q += step_q;
     prefix_r += step_r;
     if (prefix_r >= num_lanes) {
@@ -125,9 +146,10 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     if (batch.qo_len(i) != 1) continue;
     const int kv_len = batch.kv_len(i);
     const int lo = decode_kv_begin(kv_len, window_left);
+    const int32_t token_idx = batch.qo_indptr[i], page_begin = batch.kv_page_indptr[i];
     for (int hb = 0; hb < head_blocks; ++hb) {
       for (int slice = 0; slice < num_slices; ++slice) {
-        const size_t first = chunks.size();
+        const size_t first = chunks.size;
         for (int begin = lo; begin < kv_len;) {
           const int rest = kv_len - begin;
           const bool last_lane = lane == num_lanes - 1;
@@ -155,78 +177,81 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
               take = overshoot > kCatchUp && rest - kMinChunk >= kMinChunk ? rest - kMinChunk : rest;
             }
           }
-          chunks.push_back({i, hb, slice, begin, begin + take, lane, 0, 1, -1, -1});
+          // Written as if unsplit (no partial, no merge); a split unit's chunks are amended below.
+          // Only the last chunk reaches kv_len: it holds this step's new key.
+          const int end = begin + take;
+          chunks.push({token_idx, i, page_begin, hb * width, slice * kDecodeRows, begin, end, -1, -1,
+                       end == kv_len ? 1 : 0, {0, 0}});
           load += take + kItemCost;
-          begin += take;
+          begin = end;
           if (!last_lane && load >= target) close_lane();
         }
-        // Pass 2, per unit: number its chunks and give a split unit its partial slots and merges:
-        // per head, the chunks' partials, then (two levels) the group partials; per head, the
-        // first-level merges, then the one that writes the output.
-        const int count = static_cast<int>(chunks.size() - first);
-        int32_t base = -1, merge_base = -1;
-        if (count > 1) {
-          const int groups = join_groups(count);
-          base = st.num_partials;
-          merge_base = st.num_merges;
-          st.num_partials += (count + groups) * width;
-          ATTNKIT_CHECK(static_cast<size_t>(st.num_merges + (groups + 1) * width) <= max_merges, "planned plan: more than ",
-                        max_merges, " merges (the bound for ", num_ctas, " CTAs)");
-          for (int j = 0; j < width; ++j) {
-            const DecodeMergeItem head{batch.qo_indptr[i], (hb * width + j) * group + slice * kDecodeRows,
-                                       std::min(kDecodeRows, group - slice * kDecodeRows), 0, 0, -1, -1, 0};
-            const int32_t group_base = base + width * count + j * groups;  // this head's group partials
-            const int32_t last = st.num_merges + groups;                    // its output merge
-            for (int g = 0; g < groups; ++g) {
-              DecodeMergeItem m = head;
-              const int lo = join_group_begin(g, count, groups);
-              m.partial_begin = base + j * count + lo;
-              m.num_partials = join_group_begin(g + 1, count, groups) - lo;
-              m.next_merge = last;
-              m.out_partial = group_base + g;
-              out.merges[static_cast<size_t>(st.num_merges++)] = m;
-            }
+        // A split unit's partial slots and merges: per head, the chunks' partials, then (two
+        // levels) the group partials; per head, the first-level merges, then the one that writes
+        // the output.
+        const int count = static_cast<int>(chunks.size - first);
+        if (count <= 1) continue;
+        const int groups = join_groups(count);
+        const int32_t base = st.num_partials, merge_base = st.num_merges;
+        st.num_partials += (count + groups) * width;
+        ATTNKIT_CHECK(static_cast<size_t>(st.num_merges + (groups + 1) * width) <= max_merges, "planned plan: more than ",
+                      max_merges, " merges (the bound for ", num_ctas, " CTAs)");
+        for (int j = 0; j < width; ++j) {
+          const DecodeMergeItem head{token_idx, (hb * width + j) * group + slice * kDecodeRows,
+                                     std::min(kDecodeRows, group - slice * kDecodeRows), 0, 0, -1, -1, 0};
+          const int32_t group_base = base + width * count + j * groups;  // this head's group partials
+          const int32_t last = st.num_merges + groups;                    // its output merge
+          for (int g = 0; g < groups; ++g) {
             DecodeMergeItem m = head;
-            m.partial_begin = groups > 0 ? group_base : base + j * count;
-            m.num_partials = groups > 0 ? groups : count;
+            const int lo = join_group_begin(g, count, groups);
+            m.partial_begin = base + j * count + lo;
+            m.num_partials = join_group_begin(g + 1, count, groups) - lo;
+            m.next_merge = last;
+            m.out_partial = group_base + g;
             out.merges[static_cast<size_t>(st.num_merges++)] = m;
           }
+          DecodeMergeItem m = head;
+          m.partial_begin = groups > 0 ? group_base : base + j * count;
+          m.num_partials = groups > 0 ? groups : count;
+          out.merges[static_cast<size_t>(st.num_merges++)] = m;
         }
-        for (int k = 0; k < count; ++k) {
-          Chunk& c = chunks[first + static_cast<size_t>(k)];
-          c.ordinal = k;
-          c.count = count;
-          c.partial_base = base;
-          c.merge_base = merge_base;
+        if (!chunks.written(chunks.size)) continue;
+        // Head 0's partial of chunk k, and the merge that joins it: its group's, or the only one.
+        DecodeWorkItem* unit = chunks.data + first;
+        for (int g = 0, k = 0; g < std::max(groups, 1); ++g) {
+          const int group_end = groups > 0 ? join_group_begin(g + 1, count, groups) : count;
+          for (; k < group_end; ++k) {
+            unit[k].partial_idx = base + k;
+            unit[k].merge_idx = merge_base + g;
+            if (width > 1) unit[k].reserved[0] = count, unit[k].reserved[1] = groups + 1;
+          }
         }
       }
     }
   }
   max_load = std::max(max_load, load);
-  while (lane < num_lanes) lane_begin[static_cast<size_t>(++lane)] = static_cast<int32_t>(chunks.size());
+  while (lane < num_lanes) lane_begin[++lane] = static_cast<int32_t>(chunks.size);
 
-  // Pass 3: each lane's chunks become one item per head, on the lane's CTAs.
   const size_t max_items = out.items.size();
-  ATTNKIT_CHECK(chunks.size() * static_cast<size_t>(width) <= max_items, "planned plan: more than ", max_items,
+  ATTNKIT_CHECK(chunks.size * static_cast<size_t>(width) <= max_items, "planned plan: more than ", max_items,
                 " decode items (the bound for this batch)");
-  // The merge item that joins head j's partial of chunk c: its group's, or the unit's only one.
-  auto merge_of = [](const Chunk& c, int j) {
-    const int groups = join_groups(c.count);
-    const int first_of_head = c.merge_base + j * (groups + 1);
-    return groups > 0 ? first_of_head + join_group_of(c.ordinal, c.count, groups) : first_of_head;
-  };
-  out.cta_item_indptr[0] = 0;
-  for (int l = 0; l < num_lanes; ++l) {
-    for (int j = 0; j < width; ++j) {
-      for (int32_t k = lane_begin[static_cast<size_t>(l)]; k < lane_begin[static_cast<size_t>(l) + 1]; ++k) {
-        const Chunk& c = chunks[static_cast<size_t>(k)];
-        const int r = c.request_idx;
-        out.items[static_cast<size_t>(st.num_items++)] = {
-            batch.qo_indptr[r], r, batch.kv_page_indptr[r], c.head_block * width + j, c.slice * kDecodeRows,
-            c.kv_begin, c.kv_end, c.count > 1 ? c.partial_base + j * c.count + c.ordinal : -1,
-            c.count > 1 ? merge_of(c, j) : -1, c.ordinal == c.count - 1 ? 1 : 0, {0, 0}};  // the last chunk holds the new key
+  st.num_items = static_cast<int>(chunks.size) * width;
+  // Pass 2, lanes of several CTAs: each lane's chunks become one item per head, on the lane's CTAs.
+  if (width > 1) {
+    int num_items = 0;
+    out.cta_item_indptr[0] = 0;
+    for (int l = 0; l < num_lanes; ++l) {
+      for (int j = 0; j < width; ++j) {
+        for (int32_t k = lane_begin[l]; k < lane_begin[l + 1]; ++k) {
+          DecodeWorkItem item = chunks.data[k];
+          item.kv_head_idx += j;
+          item.partial_idx += j * item.reserved[0];
+          item.merge_idx += j * item.reserved[1];
+          item.reserved[0] = item.reserved[1] = 0;
+          out.items[static_cast<size_t>(num_items++)] = item;
+        }
+        out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = num_items;
       }
-      out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = st.num_items;
     }
   }
   for (int c = num_lanes * width; c < num_ctas; ++c) out.cta_item_indptr[static_cast<size_t>(c) + 1] = st.num_items;
