@@ -71,7 +71,7 @@ struct DecodePlanStats {
 
 // Bounds that hold for every batch: every CTA boundary splits at most one (request, head, slice)
 // unit, so there are at most num_ctas - 1 splits of 2 (num_ctas - 1) chunks in all, plus the
-// first-level merges and group partials of splits joined in two levels (plan.cc).
+// first-level merges and group partials of splits joined in two levels (plan_decode.cc).
 int max_decode_items(int num_requests, const PlanShape& shape);
 int max_decode_merges(const PlanShape& shape);
 int max_decode_partials(const PlanShape& shape);
