@@ -160,7 +160,9 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
   for (int m = 0; m < st.num_merges; ++m) {
     const DecodeMergeItem& mi = p.view.merges[m];
     ASSERT_GE(mi.num_partials, 2);
-    if (mi.next_merge >= 0) ASSERT_LE(mi.num_partials, kJoinFanIn) << "first-level merge " << m << " takes more than one round";
+    if (mi.next_merge >= 0) {
+      ASSERT_LE(mi.num_partials, kJoinFanIn) << "first-level merge " << m << " takes more than one round";
+    }
     merged += mi.num_partials;
     for (int k = 0; k < mi.num_partials; ++k) {
       const int owner = slot_owner[static_cast<size_t>(mi.partial_begin + k)];
