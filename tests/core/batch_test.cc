@@ -94,6 +94,11 @@ TEST_F(ValidateTest, PageIndexOutOfRange) {
   expect_error("batch: kv_page_indices[1] must be in 0..7, got 8");
 }
 
+TEST_F(ValidateTest, NegativePageIndex) {
+  b.kv_page_indices.back() = -1;
+  expect_error(("batch: kv_page_indices[" + std::to_string(b.kv_page_indices.size() - 1) + "] must be in 0..7, got -1").c_str());
+}
+
 TEST_F(ValidateTest, LengthsDisagreeWithPageTable) {
   b.prefix_lens[0] = 3;
   expect_error("batch: request 0 has kv_len 5 from its page table, but prefix_lens + qo_len = 3 + 3");
