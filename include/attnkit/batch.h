@@ -33,7 +33,10 @@ struct ForwardBatch {
   int num_tokens() const { return qo_indptr.empty() ? 0 : qo_indptr.back(); }
   int qo_len(int i) const { return qo_indptr[i + 1] - qo_indptr[i]; }
   int num_pages(int i) const { return kv_page_indptr[i + 1] - kv_page_indptr[i]; }
-  int kv_len(int i) const;
+  int kv_len(int i) const {  // inline: planners call it per request
+    const int pages = num_pages(i);
+    return pages == 0 ? 0 : (pages - 1) * page_size + kv_last_page_len[i];
+  }
   int64_t total_kv_len() const;
   int max_qo_len() const;
   int max_kv_len() const;

@@ -14,11 +14,6 @@ std::string_view forward_mode_name(ForwardMode mode) {
   return "?";
 }
 
-int ForwardBatch::kv_len(int i) const {
-  const int pages = num_pages(i);
-  return pages == 0 ? 0 : (pages - 1) * page_size + kv_last_page_len[i];
-}
-
 int64_t ForwardBatch::total_kv_len() const {
   int64_t total = 0;
   for (int i = 0; i < batch_size(); ++i) total += kv_len(i);
