@@ -1,10 +1,8 @@
 // The decode kernel's copy side: mbarrier wrappers, the work item loads, how one warp copies its
-// 16 key rows of a K/V tile, the query rows, and the conversion of cached rows (e4m3, or the other
-// 16-bit type) to the mma type. The mainloop that consumes them is decode_kernel.cuh.
+// 16 key rows of a K/V tile, and the query rows. The mainloop that consumes them is decode_kernel.cuh.
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "backends/planned/kernels/decode.h"
 #include "backends/planned/kernels/prefill_tile.cuh"
@@ -186,36 +184,6 @@ __device__ __forceinline__ void stage_q(const DecodeParams& p, const DecodeWorkI
     const int r = idx / kChunks, c = idx % kChunks;
     const uint4 v = r < rows ? __ldg(g_q + r * kChunks + c) : make_uint4(0u, 0u, 0u, 0u);
     *reinterpret_cast<uint4*>(s_q + tile::swizzle<C::kHeadDim>(r, c)) = v;
-  }
-}
-
-// 16 cached bytes -> 16-byte chunks of T (two for e4m3, one for the other 16-bit type), exactly
-// for e4m3; bf16 <-> f16 rounds once, like a cast.
-template <typename T, typename TKv>
-__device__ __forceinline__ void convert_chunk(const uint4& raw, uint4* out) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (sizeof(TKv) == 1) {
-    uint32_t o[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      o[2 * i] = tile::e4m3x2_to<T>(static_cast<uint16_t>(w[i] & 0xffffu));
-      o[2 * i + 1] = tile::e4m3x2_to<T>(static_cast<uint16_t>(w[i] >> 16));
-    }
-    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
-    out[1] = make_uint4(o[4], o[5], o[6], o[7]);
-  } else {
-    uint32_t o[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 f;
-      if constexpr (std::is_same_v<TKv, __nv_bfloat16>) {
-        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-      } else {
-        f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      }
-      o[i] = tile::pack2<T>(f.x, f.y);
-    }
-    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
   }
 }
 

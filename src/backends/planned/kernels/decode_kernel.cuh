@@ -1,10 +1,9 @@
 // The decode mainloop: a persistent CTA walks its list of work items as one stream of 64-key K/V
 // tiles, the keys as the rows of m16n8k16 mma tiles and up to 8 query heads of a GQA group as
-// their columns. Each warp owns 16 keys of
-// a tile and runs its own pipeline: it copies its K rows and its V rows (cp.async) onto its own
-// mbarriers, kStages tiles ahead across item boundaries, and no CTA barrier is paid per tile, only at an item's end,
-// where the warps' softmax states meet. Copies and query loads are decode_copy.cuh; the split join
-// is decode_join.cuh; dispatch is decode.cu.
+// their columns. Each warp owns 16 keys of a tile and runs its own pipeline: it copies its K rows
+// and its V rows (cp.async) onto its own mbarriers, kStages tiles ahead across item boundaries,
+// and no CTA barrier is paid per tile, only at an item's end, where the warps' softmax states meet.
+// Copies and query loads are decode_copy.cuh; the split join is decode_join.cuh; dispatch is decode.cu.
 #pragma once
 
 #include <cmath>
@@ -187,13 +186,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
         const int r = rem / kRawCpr, c = rem % kRawCpr;
         const uint4 raw = *reinterpret_cast<const uint4*>(s_stage + mat * C::kTileBytes +
                                                           (warp * 16 + r) * C::kRowBytes + c * 16);
-        uint4 out[2];
-        dd::convert_chunk<T, typename C::TKv>(raw, out);
-        unsigned char* dst = s_conv + mat * (16 * kD * 2);
         constexpr int kOutChunks = sizeof(typename C::TKv) == 1 ? 2 : 1;
+        uint32_t out[4 * kOutChunks];
+        tile::convert16<T, typename C::TKv>(raw, out);
+        unsigned char* dst = s_conv + mat * (16 * kD * 2);
 #pragma unroll
         for (int o = 0; o < kOutChunks; ++o) {
-          *reinterpret_cast<uint4*>(dst + tile::swizzle<kD>(r, c * kOutChunks + o)) = out[o];
+          *reinterpret_cast<uint4*>(dst + tile::swizzle<kD>(r, c * kOutChunks + o)) =
+              make_uint4(out[4 * o], out[4 * o + 1], out[4 * o + 2], out[4 * o + 3]);
         }
       }
       __syncwarp();
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
       }
     }
     // Past this barrier every warp is done with the scratch: the consumed stage is refilled at once,
-    // so the next tiles stream while this item's partial is fenced, counted and perhaps joined and
+    // so the next tiles stream while this item's partial is counted and perhaps joined and
     // the next item's query rows load (each of those an exposed L2 round trip).
     __syncthreads();
     if constexpr (!C::kConvert) {

@@ -103,17 +103,8 @@ __device__ __forceinline__ void load_kv_tiles(const PrefillParams& p, const type
       }
 #pragma unroll
       for (int kv = 0; kv < 2; ++kv) {
-        const uint32_t w[4] = {raw[kv].x, raw[kv].y, raw[kv].z, raw[kv].w};
         uint32_t out[4 * kOut];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if constexpr (C::kFp8) {
-            out[2 * i] = tile::e4m3x2_to<typename C::T>(static_cast<uint16_t>(w[i] & 0xffffu));
-            out[2 * i + 1] = tile::e4m3x2_to<typename C::T>(static_cast<uint16_t>(w[i] >> 16));
-          } else {
-            out[i] = tile::convert2<typename C::T, typename C::TKv>(w[i]);
-          }
-        }
+        tile::convert16<typename C::T, typename C::TKv>(raw[kv], out);
         char* s_base = reinterpret_cast<char*>(kv == 0 ? s_k : s_v);
 #pragma unroll
         for (int o = 0; o < kOut; ++o) {

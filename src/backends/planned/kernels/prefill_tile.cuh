@@ -121,6 +121,22 @@ __device__ __forceinline__ uint32_t convert2(uint32_t bits) {
   return pack2<T>(f.x, f.y);
 }
 
+// 16 cached bytes -> T, as 32-bit words: 8 for e4m3 (exactly), 4 for the other 16-bit type
+// (rounded once, like a cast). Both kernels convert a cache of another type this way.
+template <typename T, typename TKv>
+__device__ __forceinline__ void convert16(const uint4& raw, uint32_t* out) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(TKv) == 1) {
+      out[2 * i] = e4m3x2_to<T>(static_cast<uint16_t>(w[i] & 0xffffu));
+      out[2 * i + 1] = e4m3x2_to<T>(static_cast<uint16_t>(w[i] >> 16));
+    } else {
+      out[i] = convert2<T, TKv>(w[i]);
+    }
+  }
+}
+
 // Maximum / sum over the 4 lanes of a quad: they hold one accumulator row between them.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
