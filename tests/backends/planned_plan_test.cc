@@ -281,36 +281,10 @@ TEST(PlannedPlan, RandomBatchesShapesAndWindows) {
     const int group = std::vector<int>{1, 4, 8, 24, 32}[static_cast<size_t>(trial % 5)];
     const int ctas = std::vector<int>{1, 7, 132, 264}[static_cast<size_t>(trial % 4)];
     const int window = trial % 4 == 1 ? std::uniform_int_distribution<int>(0, 300)(rng) : -1;
-    PlanShape s = shape(group * kv_heads, kv_heads, ctas);
-    s.sync_heads = trial % 7 != 3;  // both packings: lanes of all KV heads, and one CTA a lane
+    const PlanShape s = shape(group * kv_heads, kv_heads, ctas);
     SCOPED_TRACE("trial " + std::to_string(trial));
     check_plan(b, s, window, run_plan(b, s, window));
   }
-}
-
-TEST(PlannedPlan, LanesGiveOneChunkToEveryKvHeadOnConsecutiveCtas) {
-  const ForwardBatch b = make_batch({{20000, 1}, {300, 1}}, 16);
-  PlanShape s = shape(32, 8, 64);
-  s.sync_heads = true;
-  ASSERT_EQ(s.lane_width(), 8);
-  const Planned p = run_plan(b, s, -1);
-  check_plan(b, s, -1, p);
-  for (int lane = 0; lane < 8; ++lane) {
-    const int first = p.view.cta_item_indptr[lane * 8];
-    const int count = p.view.cta_item_indptr[lane * 8 + 1] - first;
-    for (int h = 0; h < 8; ++h) {
-      const int base = p.view.cta_item_indptr[lane * 8 + h];
-      ASSERT_EQ(p.view.cta_item_indptr[lane * 8 + h + 1] - base, count);
-      for (int k = 0; k < count; ++k) {
-        EXPECT_EQ(p.view.items[base + k].kv_head_idx, h);
-        EXPECT_EQ(p.view.items[base + k].kv_begin, p.view.items[first + k].kv_begin);
-        EXPECT_EQ(p.view.items[base + k].kv_end, p.view.items[first + k].kv_end);
-      }
-    }
-  }
-  PlanShape odd = s;
-  odd.num_ctas = 60;  // not a multiple of 8: one CTA a lane
-  EXPECT_EQ(odd.lane_width(), 1);
 }
 
 TEST(PlannedPlan, OneCtaTakesEverythingUnsplit) {

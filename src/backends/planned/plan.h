@@ -38,16 +38,7 @@ struct PlanShape {
   int num_kv_heads = 0;
   int head_dim = 0;
   int num_ctas = 0;  // the persistent decode grid: SMs x resident CTAs an SM
-  // Give the KV heads of a request's chunk to consecutive CTAs, which then read the same cache
-  // slots together (one "lane" of num_kv_heads CTAs); else every CTA packs (request, head) units.
-  // Off: on the H200 (2026-11-29) lanes moved no decode shape by more than the noise (64 x 16384:
-  // 3.79 TB/s either way; 128 x 8192: 3.80 with lanes, 3.91 without).
-  bool sync_heads = false;
   int group_size() const { return num_qo_heads / num_kv_heads; }
-  // CTAs of a lane: num_kv_heads where the grid divides into such lanes, else 1.
-  int lane_width() const {
-    return sync_heads && num_kv_heads > 1 && num_ctas % num_kv_heads == 0 ? num_kv_heads : 1;
-  }
   // Query-head slices of kDecodeRows a group is cut into (1 unless a group has more than 8 heads).
   int num_slices() const { return (group_size() + kDecodeRows - 1) / kDecodeRows; }
 };

@@ -34,26 +34,15 @@ namespace {
 int join_groups(int count) { return count > kJoinFanIn ? (count + kJoinFanIn - 1) / kJoinFanIn : 0; }
 int join_group_begin(int g, int count, int groups) { return g * count / groups; }
 
-// Where pass 1 writes chunks: each as head 0's item of its lane, so that with one CTA a lane (the
-// default) the chunks are the plan's items, written once in place. With wider lanes they go to a
-// scratch list and pass 2 copies each to the lane's CTAs, one head each; reserved[] then carries
-// what head j adds to partial_idx and merge_idx (0 for an unsplit unit), and is cleared there.
+// The plan's items as the planner writes them. Past the capacity they are counted, not written:
+// the caller reports the shortfall once the plan is done.
 struct ChunkList {
   DecodeWorkItem* data;
   size_t capacity;
   size_t size = 0;
-  std::vector<DecodeWorkItem>* scratch;  // null: data is the plan's items, never grown
   void push(const DecodeWorkItem& item) {
-    if (size >= capacity) [[unlikely]] {
-      if (!scratch) {  // counted, not written: the caller reports the shortfall once planned
-        ++size;
-        return;
-      }
-      scratch->resize(std::max<size_t>(2 * capacity, 64));
-      data = scratch->data();
-      capacity = scratch->size();
-    }
-    data[size++] = item;
+    if (size < capacity) [[likely]] data[size] = item;
+    ++size;
   }
   bool written(size_t end) const { return end <= capacity; }
 };
@@ -133,7 +122,7 @@ struct UnitCutter {
   ChunkList chunks;
   std::span<DecodeMergeItem> merges;
   DecodePlanStats& st;
-  int width, group, num_ctas;
+  int group, num_ctas;
 
   // Cuts `whole` (the unit as one item) into chunks on the open lane and the next ones, closing
   // the lanes it fills. Each cut adds a chunk (and its fixed cost): the budget allows for the most
@@ -181,43 +170,40 @@ struct UnitCutter {
     if (count > 1) join(first, count, whole);
   }
 
-  // Gives a split unit's `count` chunks from `first` their partial slots and merge items: per
-  // head, the chunks' partials, then (two levels) the group partials; per head, the first-level
-  // merges, then the one that writes the output.
+  // Gives a split unit's `count` chunks from `first` their partial slots and merge items: the
+  // chunks' partials, then (two levels) the group partials; the first-level merges, then the one
+  // that writes the output.
   void join(size_t first, int count, const DecodeWorkItem& whole) {
     const int groups = join_groups(count);
     const int32_t base = st.num_partials, merge_base = st.num_merges;
-    st.num_partials += (count + groups) * width;
-    ATTNKIT_CHECK(static_cast<size_t>(st.num_merges + (groups + 1) * width) <= merges.size(),
-                  "planned plan: more than ", merges.size(), " merges (the bound for ", num_ctas, " CTAs)");
-    for (int j = 0; j < width; ++j) {
-      const DecodeMergeItem head{whole.token_idx, (whole.kv_head_idx + j) * group + whole.row_begin,
-                                 std::min(kDecodeRows, group - whole.row_begin), 0, 0, -1, -1, 0};
-      const int32_t group_base = base + width * count + j * groups;  // this head's group partials
-      const int32_t last = st.num_merges + groups;                    // its output merge
-      for (int g = 0; g < groups; ++g) {
-        DecodeMergeItem m = head;
-        const int lo = join_group_begin(g, count, groups);
-        m.partial_begin = base + j * count + lo;
-        m.num_partials = join_group_begin(g + 1, count, groups) - lo;
-        m.next_merge = last;
-        m.out_partial = group_base + g;
-        merges[static_cast<size_t>(st.num_merges++)] = m;
-      }
+    st.num_partials += count + groups;
+    ATTNKIT_CHECK(static_cast<size_t>(st.num_merges + groups + 1) <= merges.size(), "planned plan: more than ",
+                  merges.size(), " merges (the bound for ", num_ctas, " CTAs)");
+    const DecodeMergeItem head{whole.token_idx, whole.kv_head_idx * group + whole.row_begin,
+                               std::min(kDecodeRows, group - whole.row_begin), 0, 0, -1, -1, 0};
+    const int32_t group_base = base + count;      // the group partials
+    const int32_t last = st.num_merges + groups;  // the output merge
+    for (int g = 0; g < groups; ++g) {
       DecodeMergeItem m = head;
-      m.partial_begin = groups > 0 ? group_base : base + j * count;
-      m.num_partials = groups > 0 ? groups : count;
+      const int lo = join_group_begin(g, count, groups);
+      m.partial_begin = base + lo;
+      m.num_partials = join_group_begin(g + 1, count, groups) - lo;
+      m.next_merge = last;
+      m.out_partial = group_base + g;
       merges[static_cast<size_t>(st.num_merges++)] = m;
     }
+    DecodeMergeItem m = head;
+    m.partial_begin = groups > 0 ? group_base : base;
+    m.num_partials = groups > 0 ? groups : count;
+    merges[static_cast<size_t>(st.num_merges++)] = m;
     if (!chunks.written(first + static_cast<size_t>(count))) return;
-    // Head 0's partial of chunk k, and the merge that joins it: its group's, or the only one.
+    // Chunk k's partial, and the merge that joins it: its group's, or the only one.
     DecodeWorkItem* unit = chunks.data + first;
     for (int g = 0, k = 0; g < std::max(groups, 1); ++g) {
       const int group_end = groups > 0 ? join_group_begin(g + 1, count, groups) : count;
       for (; k < group_end; ++k) {
         unit[k].partial_idx = base + k;
         unit[k].merge_idx = merge_base + g;
-        if (width > 1) unit[k].reserved[0] = count, unit[k].reserved[1] = groups + 1;
       }
     }
   }
@@ -225,13 +211,12 @@ struct UnitCutter {
 
 }  // namespace
 
-// Worked example (llama3-8b heads, 8 KV heads, 264 CTAs, one CTA a lane): 32 requests of 128 and
-// 32 of 8192 are 256 units of 128 and 256 of 8192, costing 256 * (128 + 192) + 256 * (8192 + 192)
-// = 2,228,224 plus an item's cost for each of the 263 cuts there can be, so each CTA's share is
-// about 8,630: a CTA takes short units whole or about one long one, and a unit is cut only where a
-// share ends. One request of 32768 (8 units) gives shares of about 1,190: 33 chunks of 992-1,008
-// positions a unit (the last shorter), joined in two levels. With lanes of 8 CTAs the same happens
-// per lane, per head.
+// Worked example (llama3-8b heads, 8 KV heads, 264 CTAs): 32 requests of 128 and 32 of 8192 are
+// 256 units of 128 and 256 of 8192, costing 256 * (128 + 192) + 256 * (8192 + 192) = 2,228,224 plus
+// an item's cost for each of the 263 cuts there can be, so each CTA's share is about 8,630: a CTA
+// takes short units whole or about one long one, and a unit is cut only where a share ends. One
+// request of 32768 (8 units) gives shares of about 1,190: 33 chunks of 992-1,008 positions a unit
+// (the last shorter), joined in two levels.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out) {
   DecodePlanStats st;
   const int num_ctas = shape.num_ctas;
@@ -239,62 +224,59 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   ATTNKIT_CHECK(num_ctas >= 1, "planned plan: num_ctas must be >= 1, got ", num_ctas);
   ATTNKIT_CHECK(out.cta_item_indptr.size() >= static_cast<size_t>(num_ctas) + 1,
                 "planned plan: cta_item_indptr holds ", out.cta_item_indptr.size(), " entries, needs ", num_ctas + 1);
-  // A lane is a run of `width` consecutive CTAs that take the same chunks, one KV head each: they
-  // read the interleaved heads of the same cache slots at about the same time.
-  const int width = shape.lane_width();
-  const int num_lanes = num_ctas / width;
-  const int head_blocks = shape.num_kv_heads / width;
-  const int units = head_blocks * num_slices;  // per request
+  const int units = shape.num_kv_heads * num_slices;  // per request
   const int n = batch.batch_size();
-  int64_t lane_total = 0;
+  const int32_t* qo_indptr = batch.qo_indptr.data();
+  const int32_t* kv_page_indptr = batch.kv_page_indptr.data();
+  const int32_t* kv_last_page_len = batch.kv_last_page_len.data();
+  const int page_size = batch.page_size;
+  // The visible KV positions [lo, kv_len) of request i, or lo == kv_len when it is not planned
+  // here (an extend request, or no history). Branch-free, so that the total's loop vectorizes.
+  auto visible = [&](int i, int& lo) {
+    const int pages = kv_page_indptr[i + 1] - kv_page_indptr[i];
+    const int kv_len = pages == 0 ? 0 : (pages - 1) * page_size + kv_last_page_len[i];
+    lo = qo_indptr[i + 1] - qo_indptr[i] == 1 ? decode_kv_begin(kv_len, window_left) : kv_len;
+    return kv_len;
+  };
+  int64_t total = 0;
   for (int i = 0; i < n; ++i) {
-    if (batch.qo_len(i) != 1) continue;
-    const int kv_len = batch.kv_len(i);
-    lane_total += int64_t{kv_len - decode_kv_begin(kv_len, window_left) + kItemCost} * units;
-    ++st.num_decode_requests;
+    int lo;
+    const int kv_len = visible(i, lo);
+    const bool decode = qo_indptr[i + 1] - qo_indptr[i] == 1;
+    total += decode ? int64_t{kv_len - lo + kItemCost} : 0;
+    st.num_decode_requests += decode;
   }
+  total *= units;
 
-  // Pass 1: cut units into chunks on lanes.
-  thread_local std::vector<DecodeWorkItem> lane_chunks;
-  thread_local std::vector<int32_t> lane_begin_scratch;
-  // With one CTA a lane, lane l's first chunk is CTA l's first item.
-  int32_t* lane_begin = out.cta_item_indptr.data();
-  if (width > 1) {
-    lane_begin_scratch.resize(static_cast<size_t>(num_lanes) + 1);
-    lane_begin = lane_begin_scratch.data();
-  }
-  UnitCutter cutter{Lanes(lane_total + int64_t{num_lanes - 1} * kItemCost, num_lanes, lane_begin),
-                    width == 1 ? ChunkList{out.items.data(), out.items.size(), 0, nullptr}
-                               : ChunkList{lane_chunks.data(), lane_chunks.size(), 0, &lane_chunks},
-                    out.merges, st, width, shape.group_size(), num_ctas};
-  // The open lane's load and end, and the chunk list, as the loop over whole units keeps them;
+  // One pass: units are cut into chunks on CTAs; CTA c's first chunk is cta_item_indptr[c].
+  UnitCutter cutter{Lanes(total + int64_t{num_ctas - 1} * kItemCost, num_ctas, out.cta_item_indptr.data()),
+                    ChunkList{out.items.data(), out.items.size(), 0}, out.merges, st, shape.group_size(), num_ctas};
+  // The open CTA's load and end, and the chunk list, as the loop over whole units keeps them;
   // the cutter's copies are brought up to date around each cut.
   int64_t load = 0, target = cutter.lanes.target;
   ChunkList chunks = cutter.chunks;
   for (int i = 0; i < n; ++i) {
-    if (batch.qo_len(i) != 1) continue;
-    const int kv_len = batch.kv_len(i);
-    const int lo = decode_kv_begin(kv_len, window_left);
-    if (lo >= kv_len) continue;  // nothing to read (no KV history): no items
+    int lo;
+    const int kv_len = visible(i, lo);
+    if (lo >= kv_len) continue;  // not a decode request, or nothing to read: no items
     const int64_t whole_cost = int64_t{kv_len - lo} + kItemCost;
-    const int32_t token_idx = batch.qo_indptr[i], page_begin = batch.kv_page_indptr[i];
-    // The unit as one item. (Built where it is stored: one built on the stack and copied stalls
-    // the copy on the store forwarding of its narrower fields.)
-    auto whole = [&](int hb, int slice) {
-      return DecodeWorkItem{token_idx, i, page_begin, hb * width, slice * kDecodeRows, lo, kv_len, -1, -1, 1, {0, 0}};
-    };
-    for (int hb = 0; hb < head_blocks; ++hb) {
+    // The unit of KV head 0, slice 0 as one item; the others differ in those two fields only.
+    const DecodeWorkItem first{qo_indptr[i], i, kv_page_indptr[i], 0, 0, lo, kv_len, -1, -1, 1, {0, 0}};
+    for (int hb = 0; hb < shape.num_kv_heads; ++hb) {
       for (int slice = 0; slice < num_slices; ++slice) {
-        // A unit that leaves room in the open lane goes there whole; one that fills it or more,
-        // to the cutter (which also closes the lane it fills exactly).
+        DecodeWorkItem whole = first;
+        whole.kv_head_idx = hb;
+        whole.row_begin = slice * kDecodeRows;
+        // A unit that leaves room in the open CTA goes there whole; one that fills it or more,
+        // to the cutter (which also closes the CTA it fills exactly).
         if (whole_cost < target - load) {
-          chunks.push(whole(hb, slice));
+          chunks.push(whole);
           load += whole_cost;
           continue;
         }
         cutter.lanes.load = load;
         cutter.chunks = chunks;
-        cutter.cut(whole(hb, slice));
+        cutter.cut(whole);
         load = cutter.lanes.load;
         target = cutter.lanes.target;
         chunks = cutter.chunks;
@@ -306,30 +288,10 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   const Lanes& lanes = cutter.lanes;
 
   const size_t max_items = out.items.size();
-  ATTNKIT_CHECK(chunks.size * static_cast<size_t>(width) <= max_items, "planned plan: more than ", max_items,
-                " decode items (the bound for this batch)");
-  st.num_items = static_cast<int>(chunks.size) * width;
-  // Pass 2, lanes of several CTAs: each lane's chunks become one item per head, on the lane's CTAs.
-  if (width > 1) {
-    int num_items = 0;
-    out.cta_item_indptr[0] = 0;
-    for (int l = 0; l < num_lanes; ++l) {
-      for (int j = 0; j < width; ++j) {
-        for (int32_t k = lane_begin[l]; k < lane_begin[l + 1]; ++k) {
-          DecodeWorkItem item = chunks.data[k];
-          item.kv_head_idx += j;
-          item.partial_idx += j * item.reserved[0];
-          item.merge_idx += j * item.reserved[1];
-          item.reserved[0] = item.reserved[1] = 0;
-          out.items[static_cast<size_t>(num_items++)] = item;
-        }
-        out.cta_item_indptr[static_cast<size_t>(l * width + j) + 1] = num_items;
-      }
-    }
-  }
-  for (int c = num_lanes * width; c < num_ctas; ++c) out.cta_item_indptr[static_cast<size_t>(c) + 1] = st.num_items;
+  ATTNKIT_CHECK(chunks.size <= max_items, "planned plan: more than ", max_items, " decode items (the bound for this batch)");
+  st.num_items = static_cast<int>(chunks.size);
   st.max_cta_cost = lanes.max_load;
-  st.total_cost = (lanes.assigned + lanes.load) * width;
+  st.total_cost = lanes.assigned + lanes.load;
   if (out.num_merges) *out.num_merges = st.num_merges;
   return st;
 }
