@@ -262,25 +262,32 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     const int64_t whole_cost = int64_t{kv_len - lo} + kItemCost;
     // The unit of KV head 0, slice 0 as one item; the others differ in those two fields only.
     const DecodeWorkItem first{qo_indptr[i], i, kv_page_indptr[i], 0, 0, lo, kv_len, -1, -1, 1, {0, 0}};
-    for (int hb = 0; hb < shape.num_kv_heads; ++hb) {
-      for (int slice = 0; slice < num_slices; ++slice) {
+    for (int u = 0; u < units;) {
+      // The units that leave room in the open CTA go there whole: unit u + j does while
+      // (j + 1) whole costs stay below the room. The first that fills it or more goes to the
+      // cutter (which also closes the CTA it fills exactly).
+      const int64_t room = target - load;
+      int fit = 0;
+      for (int64_t cost = whole_cost; fit < units - u && cost < room; cost += whole_cost) ++fit;
+      for (int j = u; j < u + fit; ++j) {
         DecodeWorkItem whole = first;
-        whole.kv_head_idx = hb;
-        whole.row_begin = slice * kDecodeRows;
-        // A unit that leaves room in the open CTA goes there whole; one that fills it or more,
-        // to the cutter (which also closes the CTA it fills exactly).
-        if (whole_cost < target - load) {
-          chunks.push(whole);
-          load += whole_cost;
-          continue;
-        }
-        cutter.lanes.load = load;
-        cutter.chunks = chunks;
-        cutter.cut(whole);
-        load = cutter.lanes.load;
-        target = cutter.lanes.target;
-        chunks = cutter.chunks;
+        whole.kv_head_idx = j / num_slices;
+        whole.row_begin = j % num_slices * kDecodeRows;
+        chunks.push(whole);
       }
+      load += fit * whole_cost;
+      u += fit;
+      if (u == units) break;
+      DecodeWorkItem whole = first;
+      whole.kv_head_idx = u / num_slices;
+      whole.row_begin = u % num_slices * kDecodeRows;
+      cutter.lanes.load = load;
+      cutter.chunks = chunks;
+      cutter.cut(whole);
+      load = cutter.lanes.load;
+      target = cutter.lanes.target;
+      chunks = cutter.chunks;
+      ++u;
     }
   }
   cutter.lanes.load = load;
