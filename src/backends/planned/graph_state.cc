@@ -1,5 +1,5 @@
-// PlanArena: pinned staging + device buffer, the one upload a plan needs, and the event that keeps
-// the next plan from overwriting staging bytes a copy is still reading.
+// PlanArena: pinned staging buffers + device buffer, the one upload a plan needs, and the events
+// that keep a plan from overwriting staging bytes a copy is still reading.
 #include "backends/planned/graph_state.h"
 
 #include <algorithm>
@@ -12,16 +12,18 @@ PlanArena::~PlanArena() { release(); }
 
 void PlanArena::release() noexcept {
   // Destructors must not throw: errors here are ignored (the context may already be gone).
-  if (uploaded_) {
-    cudaEventSynchronize(uploaded_);
-    cudaEventDestroy(uploaded_);
+  for (int i = 0; i < 2; ++i) {
+    if (uploaded_[i]) {
+      cudaEventSynchronize(uploaded_[i]);
+      cudaEventDestroy(uploaded_[i]);
+    }
+    if (staging_[i]) cudaFreeHost(staging_[i]);
+    uploaded_[i] = nullptr;
+    staging_[i] = nullptr;
+    pending_[i] = false;
   }
   if (device_) cudaFree(device_);
-  if (staging_) cudaFreeHost(staging_);
-  uploaded_ = nullptr;
   device_ = nullptr;
-  staging_ = nullptr;
-  pending_ = false;
 }
 
 void PlanArena::allocate(const PlanCapacity& capacity, const PlanShape& shape, int num_variants) {
@@ -30,8 +32,10 @@ void PlanArena::allocate(const PlanCapacity& capacity, const PlanShape& shape, i
   layout_ = make_layout(capacity, shape, num_variants);
   const size_t bytes = std::max<size_t>(layout_.total_bytes, 16);
   ATTNKIT_CUDA_CHECK(cudaMalloc(&device_, bytes));
-  ATTNKIT_CUDA_CHECK(cudaMallocHost(&staging_, bytes));
-  ATTNKIT_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  for (int i = 0; i < 2; ++i) {
+    ATTNKIT_CUDA_CHECK(cudaMallocHost(&staging_[i], bytes));
+    ATTNKIT_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_[i], cudaEventDisableTiming));
+  }
 }
 
 bool PlanArena::reserve(const PlanCapacity& need, const PlanShape& shape, int num_variants) {
@@ -57,20 +61,21 @@ void PlanArena::freeze(const PlanCapacity& capacity, const PlanShape& shape, int
 }
 
 std::byte* PlanArena::begin_write() {
-  if (pending_) {
-    ATTNKIT_CUDA_CHECK(cudaEventSynchronize(uploaded_));
-    pending_ = false;
+  current_ ^= 1;
+  if (pending_[current_]) {
+    ATTNKIT_CUDA_CHECK(cudaEventSynchronize(uploaded_[current_]));
+    pending_[current_] = false;
   }
-  return static_cast<std::byte*>(staging_);
+  return static_cast<std::byte*>(staging_[current_]);
 }
 
 void PlanArena::upload(size_t bytes, cudaStream_t stream) {
   ATTNKIT_CHECK(bytes <= layout_.total_bytes, "planned plan: upload of ", bytes, " bytes exceeds the buffer (",
                 layout_.total_bytes, ")");
   if (bytes == 0) return;
-  ATTNKIT_CUDA_CHECK(cudaMemcpyAsync(device_, staging_, bytes, cudaMemcpyHostToDevice, stream));
-  ATTNKIT_CUDA_CHECK(cudaEventRecord(uploaded_, stream));
-  pending_ = true;
+  ATTNKIT_CUDA_CHECK(cudaMemcpyAsync(device_, staging_[current_], bytes, cudaMemcpyHostToDevice, stream));
+  ATTNKIT_CUDA_CHECK(cudaEventRecord(uploaded_[current_], stream));
+  pending_[current_] = true;
 }
 
 CapturedGraph::~CapturedGraph() {

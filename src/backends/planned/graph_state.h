@@ -1,5 +1,5 @@
-// Device memory the `planned` backend plans into: a pinned staging buffer and its device twin,
-// laid out by plan.h's PlanLayout and uploaded with one copy. A frozen arena (CUDA graphs) keeps
+// Device memory the `planned` backend plans into: two pinned staging buffers, used in turn, and
+// their device twin, laid out by plan.h's PlanLayout and uploaded with one copy. A frozen arena (CUDA graphs) keeps
 // its addresses for life, so a captured decode replays whatever plan was uploaded last.
 #pragma once
 
@@ -30,9 +30,10 @@ class PlanArena {
   void freeze(const PlanCapacity& capacity, const PlanShape& shape, int num_variants);
   bool frozen() const { return frozen_; }
 
-  // The staging buffer, once the previous upload out of it has finished.
+  // The staging buffer not used by the previous plan, once the upload out of it (two plans back)
+  // has finished: planning never waits for the previous plan's copy.
   std::byte* begin_write();
-  // One host-to-device copy of [0, bytes), ordered on `stream`.
+  // One host-to-device copy of [0, bytes) of the buffer begin_write gave, ordered on `stream`.
   void upload(size_t bytes, cudaStream_t stream);
 
   const PlanLayout& layout() const { return layout_; }
@@ -50,9 +51,10 @@ class PlanArena {
   PlanCapacity capacity_;
   PlanLayout layout_;
   void* device_ = nullptr;   // [layout_.total_bytes]
-  void* staging_ = nullptr;  // [layout_.total_bytes] pinned host memory
-  cudaEvent_t uploaded_ = nullptr;
-  bool pending_ = false;     // an upload out of staging_ may still be in flight
+  void* staging_[2] = {};    // [layout_.total_bytes] pinned host memory each
+  cudaEvent_t uploaded_[2] = {};
+  bool pending_[2] = {};     // an upload out of staging_[i] may still be in flight
+  int current_ = 0;          // the buffer being written (begin_write's), next upload's source
   bool frozen_ = false;
 };
 
