@@ -124,7 +124,7 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
   EXPECT_EQ(static_cast<int>(chunks.size()), units) << "an item belongs to no unit";
 
   // Balance: no CTA carries more than the mean (or a minimum chunk, where the mean is smaller),
-  // plus what it may take to make up for light lanes, plus the largest piece never cut (a unit
+  // plus what it may take to make up for light CTAs, plus the largest piece never cut (a unit
   // shorter than two minimum chunks) and its fixed cost.
   const int64_t mean = (st.total_cost + s.num_ctas - 1) / s.num_ctas;
   EXPECT_LE(st.max_cta_cost, std::max<int64_t>(mean, kMinChunk) + kCatchUp + 2 * kMinChunk + kItemCost)

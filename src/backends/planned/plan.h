@@ -30,7 +30,7 @@ inline constexpr int kMinChunk = 4 * kDecodeTileKv;
 // Chunks are cut at multiples of this many positions: a warp's 16 keys then stay in one page of 16
 // or more (the copy's fast path), while shares of a few hundred positions still divide finely.
 inline constexpr int kChunkGrain = 16;
-// The most a lane takes beyond the mean share to make up for lanes that closed light.
+// The most a CTA takes beyond the mean share to make up for CTAs that closed light.
 inline constexpr int kCatchUp = 32;
 
 struct PlanShape {
@@ -74,7 +74,7 @@ inline int decode_kv_begin(int kv_len, int window_left) {
 
 // Plans the batch's requests with exactly one new token (all of them in a decode batch). CTA c
 // gets items [cta_item_indptr[c], cta_item_indptr[c + 1]) whose costs sum to about the mean; a
-// unit is split only where a lane's share ends. Throws attnkit::Error when `out` is too small.
+// unit is split only where a CTA's share ends. Throws attnkit::Error when `out` is too small.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out);
 
 // The extend kernel's work: every q tile of every request with two or more new tokens, unsplit,

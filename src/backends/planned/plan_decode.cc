@@ -47,112 +47,112 @@ struct ChunkList {
   bool written(size_t end) const { return end <= capacity; }
 };
 
-// The open lane's end on the last lane: never reached, the last lane takes everything left.
-constexpr int64_t kNoLaneEnd = INT64_MAX / 4;
+// The open CTA's end on the last CTA: never reached, the last CTA takes everything left.
+constexpr int64_t kNoEnd = INT64_MAX / 4;
 
-// Pass 1's lanes: where each one ends, and what the open one holds.
+// The CTAs' shares: where each CTA's list ends, and what the open one holds.
 //
-// Lane l aims to end where a (l + 1) / num_lanes share of the budget ends, so a lane that closed
-// light or heavy moves the ends of the lanes after it by no more than it missed. (Shares
-// recomputed from what is left drifted up when many lanes closed light, and left the busiest lane
-// 20% over the mean on short histories.) What light lanes left is made up a little at a time:
-// kCatchUp a lane, or an even part of it over the lanes left where that is more. Given to the next
-// lane at once, one unit's end that closed a lane light made its neighbour 19% heavier than the
+// CTA c aims to end where a (c + 1) / num_ctas share of the budget ends, so a CTA that closed
+// light or heavy moves the ends of the CTAs after it by no more than it missed. (Shares
+// recomputed from what is left drifted up when many CTAs closed light, and left the busiest CTA
+// 20% over the mean on short histories.) What light CTAs left is made up a little at a time:
+// kCatchUp a CTA, or an even part of it over the CTAs left where that is more. Given to the next
+// CTA at once, one unit's end that closed a CTA light made its neighbour 19% heavier than the
 // mean.
-struct Lanes {
-  Lanes(int64_t budget, int num_lanes, int32_t* lane_begin)
-      : budget(budget), num_lanes(num_lanes), mean_share((budget + num_lanes - 1) / num_lanes),
-        step_q(budget / num_lanes), step_r(budget % num_lanes), lane_begin(lane_begin), prefix_q(step_q),
+struct CtaShares {
+  CtaShares(int64_t budget, int num_ctas, int32_t* cta_begin)
+      : budget(budget), num_ctas(num_ctas), mean_share((budget + num_ctas - 1) / num_ctas),
+        step_q(budget / num_ctas), step_r(budget % num_ctas), cta_begin(cta_begin), prefix_q(step_q),
         prefix_r(step_r) {
-    lane_begin[0] = 0;
-    target = end_of_open_lane();
+    cta_begin[0] = 0;
+    target = end_of_open_cta();
   }
-  bool last() const { return lane == num_lanes - 1; }
+  bool last() const { return cta == num_ctas - 1; }
   void close(size_t num_chunks) {
     max_load = std::max(max_load, load);
     assigned += load;
     load = 0;
-    lane_begin[++lane] = static_cast<int32_t>(num_chunks);
+    cta_begin[++cta] = static_cast<int32_t>(num_chunks);
     prefix_q += step_q;
     prefix_r += step_r;
-    if (prefix_r >= num_lanes) {
-      prefix_r -= num_lanes;
+    if (prefix_r >= num_ctas) {
+      prefix_r -= num_ctas;
       ++prefix_q;
     }
-    target = end_of_open_lane();
+    target = end_of_open_cta();
   }
-  // Once every unit is planned: the open lane ends, and the lanes after it are empty.
+  // Once every unit is planned: the open CTA ends, and the CTAs after it are empty.
   void finish(size_t num_chunks) {
     max_load = std::max(max_load, load);
-    while (lane < num_lanes) lane_begin[++lane] = static_cast<int32_t>(num_chunks);
+    while (cta < num_ctas) cta_begin[++cta] = static_cast<int32_t>(num_chunks);
   }
 
   const int64_t budget;
-  const int num_lanes;
+  const int num_ctas;
   const int64_t mean_share;
-  // ceil((lane + 1) * budget / num_lanes), stepped without a division a lane (a 64-bit division
-  // costs tens of cycles, and a plan closes hundreds of lanes).
+  // ceil((cta + 1) * budget / num_ctas), stepped without a division a CTA (a 64-bit division
+  // costs tens of cycles, and a plan closes hundreds of CTAs).
   const int64_t step_q, step_r;
-  int32_t* const lane_begin;  // [num_lanes + 1]: lane l's chunks are [lane_begin[l], lane_begin[l + 1])
-  int64_t prefix_q, prefix_r;  // (lane + 1) * budget = prefix_q * num_lanes + prefix_r
-  int lane = 0;
-  int64_t assigned = 0;  // cost of the lanes already closed
-  int64_t load = 0;      // cost given to the open lane
+  int32_t* const cta_begin;  // [num_ctas + 1]: CTA c's chunks are [cta_begin[c], cta_begin[c + 1])
+  int64_t prefix_q, prefix_r;  // (cta + 1) * budget = prefix_q * num_ctas + prefix_r
+  int cta = 0;
+  int64_t assigned = 0;  // cost of the CTAs already closed
+  int64_t load = 0;      // cost given to the open CTA
   int64_t max_load = 0;
-  int64_t target = 0;    // the open lane's load at which it closes
+  int64_t target = 0;    // the open CTA's load at which it closes
 
  private:
-  int64_t end_of_open_lane() const {
-    if (last()) return kNoLaneEnd;
+  int64_t end_of_open_cta() const {
+    if (last()) return kNoEnd;
     const int64_t to_prefix_end = prefix_q + (prefix_r > 0) - assigned;
     const int64_t floor_share = mean_share + kCatchUp;
-    const int64_t left = budget - assigned, lanes_left = num_lanes - lane;
-    // The even part of what is left, ceil(left / lanes_left), only where it is above floor_share.
-    const int64_t even_part = left > floor_share * lanes_left ? (left + lanes_left - 1) / lanes_left : 0;
+    const int64_t left = budget - assigned, ctas_left = num_ctas - cta;
+    // The even part of what is left, ceil(left / ctas_left), only where it is above floor_share.
+    const int64_t even_part = left > floor_share * ctas_left ? (left + ctas_left - 1) / ctas_left : 0;
     return std::min(to_prefix_end, std::max(floor_share, even_part));
   }
 };
 
-// Pass 1 for the units that do not fit the open lane whole: their cutting, and the joins of the
+// The units that do not fit the open CTA whole: their cutting, and the joins of the
 // ones split. The loop over the units that fit (most of them) keeps its own copies of the open
-// lane's load and end and of the chunk list, which then stay in registers; with one state for
+// CTA's load and end and of the chunk list, which then stay in registers; with one state for
 // both, they went through memory on every unit.
 struct UnitCutter {
-  Lanes lanes;
+  CtaShares ctas;
   ChunkList chunks;
   std::span<DecodeMergeItem> merges;
   DecodePlanStats& st;
   int group, num_ctas;
 
-  // Cuts `whole` (the unit as one item) into chunks on the open lane and the next ones, closing
-  // the lanes it fills. Each cut adds a chunk (and its fixed cost): the budget allows for the most
-  // cuts there can be, which keeps the extra from piling up on the last lane.
+  // Cuts `whole` (the unit as one item) into chunks on the open CTA and the next ones, closing
+  // the CTAs it fills. Each cut adds a chunk (and its fixed cost): the budget allows for the most
+  // cuts there can be, which keeps the extra from piling up on the last CTA.
   void cut(const DecodeWorkItem& whole) {
     const size_t first = chunks.size;
     const int kv_len = whole.kv_end;
     for (int begin = whole.kv_begin; begin < kv_len;) {
       const int rest = kv_len - begin;
-      const bool last_lane = lanes.last();
-      const int64_t room = lanes.target - lanes.load;
+      const bool last_cta = ctas.last();
+      const int64_t room = ctas.target - ctas.load;
       // The smallest next piece (a whole short unit, or a minimum chunk) goes here if that
       // overshoots the share by less than closing now would fall short of it.
-      if (!last_lane && lanes.load > 0 && 2 * room < std::min(rest, kMinChunk) + kItemCost) {
-        lanes.close(chunks.size);
+      if (!last_cta && ctas.load > 0 && 2 * room < std::min(rest, kMinChunk) + kItemCost) {
+        ctas.close(chunks.size);
         continue;
       }
       int take = rest;
-      if (!last_lane && rest + kItemCost > room) {
+      if (!last_cta && rest + kItemCost > room) {
         // Cut what fits, in whole tiles; never a chunk or a tail shorter than kMinChunk.
         const int fit = static_cast<int>((room - kItemCost) / kChunkGrain * kChunkGrain);
-        if (fit < kMinChunk && lanes.load > 0) {  // no room for a minimum chunk: the next lane takes it
-          lanes.close(chunks.size);
+        if (fit < kMinChunk && ctas.load > 0) {  // no room for a minimum chunk: the next CTA takes it
+          ctas.close(chunks.size);
           continue;
         }
         take = std::max(fit, kMinChunk);
         if (rest - take < kMinChunk) {
           // The tail would be shorter than a minimum chunk. Taking it too overshoots the share
-          // for good; leaving a minimum chunk for the next lane only closes this one light,
-          // which the next lane's fixed end makes up. So take it only when it barely shows.
+          // for good; leaving a minimum chunk for the next CTA only closes this one light,
+          // which the next CTA's fixed end makes up. So take it only when it barely shows.
           const int64_t overshoot = rest + kItemCost - room;
           take = overshoot > kCatchUp && rest - kMinChunk >= kMinChunk ? rest - kMinChunk : rest;
         }
@@ -162,9 +162,9 @@ struct UnitCutter {
       const int end = begin + take;
       chunks.push({whole.token_idx, whole.request_idx, whole.page_begin, whole.kv_head_idx, whole.row_begin, begin, end,
                    -1, -1, end == kv_len ? 1 : 0, {0, 0}});
-      lanes.load += take + kItemCost;
+      ctas.load += take + kItemCost;
       begin += take;
-      if (!last_lane && lanes.load >= lanes.target) lanes.close(chunks.size);
+      if (!last_cta && ctas.load >= ctas.target) ctas.close(chunks.size);
     }
     const int count = static_cast<int>(chunks.size - first);
     if (count > 1) join(first, count, whole);
@@ -249,11 +249,11 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   total *= units;
 
   // One pass: units are cut into chunks on CTAs; CTA c's first chunk is cta_item_indptr[c].
-  UnitCutter cutter{Lanes(total + int64_t{num_ctas - 1} * kItemCost, num_ctas, out.cta_item_indptr.data()),
+  UnitCutter cutter{CtaShares(total + int64_t{num_ctas - 1} * kItemCost, num_ctas, out.cta_item_indptr.data()),
                     ChunkList{out.items.data(), out.items.size(), 0}, out.merges, st, shape.group_size(), num_ctas};
   // The open CTA's load and end, and the chunk list, as the loop over whole units keeps them;
   // the cutter's copies are brought up to date around each cut.
-  int64_t load = 0, target = cutter.lanes.target;
+  int64_t load = 0, target = cutter.ctas.target;
   ChunkList chunks = cutter.chunks;
   for (int i = 0; i < n; ++i) {
     int lo;
@@ -281,24 +281,24 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
       DecodeWorkItem whole = first;
       whole.kv_head_idx = u / num_slices;
       whole.row_begin = u % num_slices * kDecodeRows;
-      cutter.lanes.load = load;
+      cutter.ctas.load = load;
       cutter.chunks = chunks;
       cutter.cut(whole);
-      load = cutter.lanes.load;
-      target = cutter.lanes.target;
+      load = cutter.ctas.load;
+      target = cutter.ctas.target;
       chunks = cutter.chunks;
       ++u;
     }
   }
-  cutter.lanes.load = load;
-  cutter.lanes.finish(chunks.size);
-  const Lanes& lanes = cutter.lanes;
+  cutter.ctas.load = load;
+  cutter.ctas.finish(chunks.size);
+  const CtaShares& ctas = cutter.ctas;
 
   const size_t max_items = out.items.size();
   ATTNKIT_CHECK(chunks.size <= max_items, "planned plan: more than ", max_items, " decode items (the bound for this batch)");
   st.num_items = static_cast<int>(chunks.size);
-  st.max_cta_cost = lanes.max_load;
-  st.total_cost = lanes.assigned + lanes.load;
+  st.max_cta_cost = ctas.max_load;
+  st.total_cost = ctas.assigned + ctas.load;
   if (out.num_merges) *out.num_merges = st.num_merges;
   return st;
 }
