@@ -25,7 +25,7 @@ namespace {
 constexpr int kKeyTile = 64;
 constexpr int kHeadBlock = 4;  // heads of a group sharing each loaded key: 4 keys x 4 heads accumulators
 constexpr int kKeyBlock = 4;
-constexpr int kPrefetchHeads = 3;  // see Prefetch
+constexpr int kPrefetchHeads = 2;  // see Prefetch
 
 int score_stride() { return std::max(kKeyTile, static_cast<int>(hn::Lanes(DF()))); }
 
