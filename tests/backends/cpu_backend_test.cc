@@ -100,9 +100,10 @@ std::vector<harness::CheckCase> cpu_cases() {
     cases.push_back(c);
   }
   {
-    // bf16 decode takes vdpbf16ps too: groups of 3 and 8, head_dim 96 (a 32-column tail), odd
-    // split chunks and tiles, sinks, a window and soft-cap.
+    // bf16 decode takes vdpbf16ps too: groups of 3, 5 and 8, one KV head, head_dim 96 (a
+    // 32-column tail), odd split chunks and tiles, sinks, a window and soft-cap.
     cases.push_back(make("decode bf16, group 3, head_dim 96", heads(6, 2, 96), DType::bf16, {{1301, 1}, {37, 1}}));
+    cases.push_back(make("decode bf16, one KV head, group 5", heads(5, 1, 64), DType::bf16, {{907, 1}, {70, 1}}));
     auto c = make("decode bf16, group 8, sinks, window, soft-cap", heads(16, 2, 64), DType::bf16, {{1777, 1}});
     c.spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f, 1.5f, 0.25f, -0.5f, 1.0f, -2.0f, 0.75f, 0.1f, -0.3f, 2.5f, 0.0f, 1.2f};
     c.spec.window_left = 900;

@@ -1,7 +1,8 @@
 // The heads kernel (decode): one token's query heads against a range of its keys. Each key slot is
 // read once for every head of its group, converted to f32 in registers (never copied; bf16 q and
-// cache on AVX512-BF16 CPUs multiply bf16 pairs instead, decode_bf16.cc), and the scores of a tile
-// of keys go through an online softmax per head; split-KV ranges are merged elsewhere.
+// cache on AVX512-BF16 CPUs multiply bf16 pairs instead, decode_bf16.cc, and compute S of a tile
+// slot by slot), and the scores of a tile of keys go through an online softmax per head; split-KV
+// ranges are merged elsewhere.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/kernels/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -26,6 +27,13 @@ constexpr int kKeyTile = 64;
 constexpr int kHeadBlock = 4;  // heads of a group sharing each loaded key: 4 keys x 4 heads accumulators
 constexpr int kKeyBlock = 4;
 constexpr int kPrefetchHeads = 2;  // see Prefetch
+// bf16 products (decode_bf16.h): S reads K slot by slot and asks for the K rows kKeysAhead slots
+// ahead; P V, head by head, asks for V rows kPvPrefetchHeads heads ahead. Read-only, two threads
+// from DRAM read the KV heads of a slot together at 0.99 of a sequential read, head by head (as P V
+// and the other cache types do) at 0.55-0.75 (docs/benchmarks.md); K slot by slot lifted decode
+// 64 x 4096 from 24.1 to 27.3 GB/s (medians of 5, alternated; 16 or 32 slots ahead: no better).
+constexpr int kKeysAhead = 8;
+constexpr int kPvPrefetchHeads = 6;
 
 int score_stride() { return std::max(kKeyTile, static_cast<int>(hn::Lanes(DF()))); }
 
@@ -34,7 +42,7 @@ struct HeadsTiles {
   float* o = nullptr;      // [num_qo_heads, head_dim_vo]
   float* m = nullptr;      // [num_qo_heads]
   float* l = nullptr;      // [num_qo_heads]
-  float* s = nullptr;      // [group_size, score_stride()] scores, then probabilities
+  float* s = nullptr;      // [num_qo_heads, score_stride()] scores, then probabilities
   float* alpha = nullptr;  // [group_size] this tile's rescale of o
 };
 
@@ -46,7 +54,7 @@ HeadsTiles carve(const AttendParams& p, float* scratch) {
   t.o = take(int64_t{p.num_qo_heads} * p.head_dim_vo);
   t.m = take(p.num_qo_heads);
   t.l = take(p.num_qo_heads);
-  t.s = take(int64_t{p.group_size} * score_stride());
+  t.s = take(int64_t{p.num_qo_heads} * score_stride());
   t.alpha = take(p.group_size);
   return t;
 }
@@ -251,6 +259,7 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
   const KvT* vals[kKeyTile];
   const KvT* pf_keys[kKeyTile];
   const KvT* pf_vals[kKeyTile];
+  const KvT* tok_keys[2 * kKeyTile];  // this tile's slots, then the next tile's (head 0's rows)
   int64_t slots[kKeyTile];
   int64_t next_slots[kKeyTile];
   float* alpha = t.alpha;
@@ -271,9 +280,23 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
   for (int key0 = u.kv_begin; key0 < u.kv_end; key0 += kKeyTile) {
     const int nt = std::min(kKeyTile, u.kv_end - key0);
     const int next_nt = tile_slots(key0 + kKeyTile, next_slots);
+    if (bf16) {
+      // S of every head first, the keys read slot by slot (every KV head's row of a slot, then
+      // the next slot: the cache's own order), kKeysAhead slots asked for ahead, into the next tile.
+      head_rows(slots, nt, 0, keys, vals);
+      head_rows(next_slots, next_nt, 0, pf_keys, pf_vals);
+      std::copy(keys, keys + nt, tok_keys);
+      std::copy(pf_keys, pf_keys + next_nt, tok_keys + nt);
+      const Bf16Prefetch ahead{as_u16(tok_keys + kKeysAhead), nullptr, nt + next_nt - kKeysAhead,
+                               p.num_kv_heads * dk, 0};
+      bf16_tokens_qk(q16, p.num_kv_heads, group, dk, as_u16(keys), nt, p.q_scale, t.s, stride, ahead);
+    }
     for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
       head_rows(slots, nt, kv_head, keys, vals);
-      const int ahead = kv_head + kPrefetchHeads;
+      const int head0 = kv_head * group;
+      float* s_group = t.s + (bf16 ? head0 * stride : 0);  // this group's scores
+      // The head that many ahead, in this tile or the next (at most the next tile's last).
+      const int ahead = std::min(kv_head + (bf16 ? kPvPrefetchHeads : kPrefetchHeads), 2 * p.num_kv_heads - 1);
       if (ahead < p.num_kv_heads) {
         head_rows(slots, nt, ahead, pf_keys, pf_vals);
         pf.n = nt;
@@ -281,13 +304,7 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
         head_rows(next_slots, next_nt, ahead - p.num_kv_heads, pf_keys, pf_vals);
         pf.n = next_nt;
       }
-      const int head0 = kv_head * group;
       // S = q K^T, the group's heads sharing each converted key.
-      for (int h = 0; h < group && bf16; h += kHeadBlock) {
-        const Bf16Prefetch bpf{as_u16(pf_keys), as_u16(pf_vals), h > 0 ? 0 : pf.n, dk, dv};
-        bf16_heads_qk(q16 + int64_t{head0 + h} * dk, std::min(kHeadBlock, group - h), dk, as_u16(keys), nt,
-                      p.q_scale, t.s + h * stride, stride, bpf);
-      }
       for (int h = 0; h < group && !bf16; h += kHeadBlock) {
         const float* q = t.q + int64_t{head0 + h} * dk;
         float* s = t.s + h * stride;
@@ -300,7 +317,7 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
         }
       }
       for (int h = 0; h < group; ++h) {
-        float* s = t.s + h * stride;
+        float* s = s_group + h * stride;
         if (p.soft_cap > 0.0f) soft_cap_inplace(s, n_pad, p.soft_cap);
         for (int k = nt; k < n_pad; ++k) s[k] = kNegInf;  // past the range: exp gives 0
         alpha[h] = softmax_head(s, n_pad, t.m + head0 + h, t.l + head0 + h);
@@ -308,9 +325,10 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
       // O = O alpha + P V.
       for (int h = 0; h < group; h += kHeadBlock) {
         float* o = t.o + int64_t{head0 + h} * dv;
-        const float* pr = t.s + h * stride;
+        const float* pr = s_group + h * stride;
         if (bf16) {
-          bf16_heads_pv(pr, stride, std::min(kHeadBlock, group - h), as_u16(vals), nt, dv, alpha + h, o, p_pairs);
+          const Bf16Prefetch vpf{nullptr, as_u16(pf_vals), h > 0 ? 0 : pf.n, 0, dv};  // V rows only
+          bf16_heads_pv(vpf, pr, stride, std::min(kHeadBlock, group - h), as_u16(vals), nt, dv, alpha + h, o, p_pairs);
           continue;
         }
         switch (std::min(kHeadBlock, group - h)) {
@@ -337,7 +355,7 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
 
 size_t heads_scratch_floats(const AttendParams& p) {
   const int64_t floats = int64_t{p.num_qo_heads} * (p.head_dim_qk + p.head_dim_vo + 2) +
-                         int64_t{p.group_size} * (score_stride() + 1);
+                         int64_t{p.num_qo_heads} * score_stride() + p.group_size;
   return static_cast<size_t>(floats + 6 * 16);  // each piece rounded up to 16 floats
 }
 
