@@ -289,7 +289,11 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
       std::copy(pf_keys, pf_keys + next_nt, tok_keys + nt);
       const Bf16Prefetch ahead{as_u16(tok_keys + kKeysAhead), nullptr, nt + next_nt - kKeysAhead,
                                p.num_kv_heads * dk, 0};
-      bf16_tokens_qk(q16, p.num_kv_heads, group, dk, as_u16(keys), nt, p.q_scale, t.s, stride, ahead);
+      // A unit's first tile also asks for the V rows that P V asks for a tile early elsewhere.
+      const int first_heads = key0 == u.kv_begin ? std::min(kPvPrefetchHeads, p.num_kv_heads) : 0;
+      const Bf16Prefetch first_vals{nullptr, as_u16(vals), first_heads > 0 ? nt : 0, 0,
+                                    static_cast<int>((first_heads - 1) * p.v_head_stride + dv)};
+      bf16_tokens_qk(q16, p.num_kv_heads, group, dk, as_u16(keys), nt, p.q_scale, t.s, stride, ahead, first_vals);
     }
     for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
       head_rows(slots, nt, kv_head, keys, vals);

@@ -5,6 +5,8 @@
 // pair, so o accumulates in the unpack's column order, put back once per unit.
 #include "backends/cpu/kernels/decode_bf16.h"
 
+#include <algorithm>
+
 #include "backends/cpu/kernels/bf16_intrinsics.h"
 
 namespace attnkit::cpu {
@@ -78,14 +80,18 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_block(const ui
 template <int kTok, int kHeads>
 ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
     const uint16_t* q, int num_kv_heads, int group, int dk, const uint16_t* const* keys, int k0, float scale, float* s,
-    int s_stride, const Bf16Prefetch& ahead) {
-  // ahead's rows [k0, k0 + kTok) as one run of 64-byte lines, a KV head's share asked for at a time.
-  const int row_lines = 2 * ahead.k_len / 64;
-  const int rows = k0 + kTok <= ahead.n ? kTok : (ahead.n > k0 ? ahead.n - k0 : 0);
-  const int lines = rows * row_lines;
+    int s_stride, const Bf16Prefetch& ahead, const Bf16Prefetch& vals) {
+  // ahead's key rows and vals' value rows [k0, k0 + kTok) as one run of 64-byte lines each, a KV
+  // head's share of both asked for at a time.
+  const int k_row_lines = 2 * ahead.k_len / 64, v_row_lines = 2 * vals.v_len / 64;
+  const int k_lines = (k0 + kTok <= ahead.n ? kTok : std::max(ahead.n - k0, 0)) * k_row_lines;
+  const int v_lines = (k0 + kTok <= vals.n ? kTok : std::max(vals.n - k0, 0)) * v_row_lines;
   for (int j = 0; j < num_kv_heads; ++j) {
-    for (int l = j * lines / num_kv_heads; l < (j + 1) * lines / num_kv_heads; ++l) {
-      __builtin_prefetch(reinterpret_cast<const char*>(ahead.keys[k0 + l / row_lines]) + (l % row_lines) * 64, 0, 1);
+    for (int l = j * k_lines / num_kv_heads; l < (j + 1) * k_lines / num_kv_heads; ++l) {
+      __builtin_prefetch(reinterpret_cast<const char*>(ahead.keys[k0 + l / k_row_lines]) + (l % k_row_lines) * 64, 0, 1);
+    }
+    for (int l = j * v_lines / num_kv_heads; l < (j + 1) * v_lines / num_kv_heads; ++l) {
+      __builtin_prefetch(reinterpret_cast<const char*>(vals.vals[k0 + l / v_row_lines]) + (l % v_row_lines) * 64, 0, 1);
     }
     const int64_t off = int64_t{j} * dk;
     for (int h = 0; h < group; h += kHeads) {
@@ -97,13 +103,16 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
 
 template <int kHeads>
 ATTNKIT_BF16_TARGET void qk_tokens(const uint16_t* q, int num_kv_heads, int group, int dk, const uint16_t* const* keys,
-                                   int nt, float scale, float* s, int s_stride, const Bf16Prefetch& keys_ahead) {
+                                   int nt, float scale, float* s, int s_stride, const Bf16Prefetch& keys_ahead,
+                                   const Bf16Prefetch& vals) {
   int k = 0;
   for (; k + kQkKeys <= nt; k += kQkKeys) {
-    qk_tokens_block<kQkKeys, kHeads>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, keys_ahead);
+    qk_tokens_block<kQkKeys, kHeads>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, keys_ahead, vals);
   }
   prefetch_rows(keys_ahead, k, nt);
-  for (; k < nt; ++k) qk_tokens_block<1, kHeads>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, Bf16Prefetch{});
+  prefetch_rows(vals, k, nt);
+  const Bf16Prefetch none{};
+  for (; k < nt; ++k) qk_tokens_block<1, kHeads>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, none, none);
 }
 
 // One key pair (b: the second key's row, or null for a zero row: its weight is 0 but garbage values
@@ -160,11 +169,11 @@ ATTNKIT_BF16_TARGET inline void pv_heads(const Bf16Prefetch& pf, const uint32_t*
 
 ATTNKIT_BF16_TARGET void bf16_tokens_qk(const uint16_t* q, int num_kv_heads, int group, int dk,
                                         const uint16_t* const* keys, int nt, float scale, float* s, int s_stride,
-                                        const Bf16Prefetch& keys_ahead) {
-  if (group % 4 == 0) return qk_tokens<4>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead);
-  if (group % 3 == 0) return qk_tokens<3>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead);
-  if (group % 2 == 0) return qk_tokens<2>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead);
-  qk_tokens<1>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead);
+                                        const Bf16Prefetch& keys_ahead, const Bf16Prefetch& vals) {
+  if (group % 4 == 0) return qk_tokens<4>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group % 3 == 0) return qk_tokens<3>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group % 2 == 0) return qk_tokens<2>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  qk_tokens<1>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
 }
 
 ATTNKIT_BF16_TARGET void bf16_heads_pv(const Bf16Prefetch& pf, const float* p, int p_stride, int heads,

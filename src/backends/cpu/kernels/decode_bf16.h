@@ -21,10 +21,10 @@ struct Bf16Prefetch {
 // group of one token and k < nt. q: [num_kv_heads * group, dk] bf16; keys[k]: slot k's row of
 // every KV head (head j's dk values at keys[k] + j * dk); dk a multiple of 32. Key blocks go in
 // slot order and each block's KV heads in turn, so the cache is read in the order it is stored.
-// While key block [k, k + 4) is multiplied, keys_ahead's rows [k, k + 4) (k_len values each) are
-// asked for, a KV head's share at a time.
+// While key block [k, k + 4) is multiplied, keys_ahead's key rows [k, k + 4) (k_len values each)
+// and vals' value rows [k, k + 4) (v_len each) are asked for, a KV head's share at a time.
 void bf16_tokens_qk(const uint16_t* q, int num_kv_heads, int group, int dk, const uint16_t* const* keys, int nt,
-                    float scale, float* s, int s_stride, const Bf16Prefetch& keys_ahead);
+                    float scale, float* s, int s_stride, const Bf16Prefetch& keys_ahead, const Bf16Prefetch& vals);
 
 // o_h = o_h * alpha_h + sum_k P[h][k] V_k for h < heads (1..4), k < nt, with P rounded to bf16
 // (nearest even). p: [heads, p_stride] f32 with p[h][k] = 0 for nt <= k < round_up(nt, 32);
