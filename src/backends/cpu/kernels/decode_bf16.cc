@@ -86,13 +86,18 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
   const int k_row_lines = 2 * ahead.k_len / 64, v_row_lines = 2 * vals.v_len / 64;
   const int k_lines = (k0 + kTok <= ahead.n ? kTok : std::max(ahead.n - k0, 0)) * k_row_lines;
   const int v_lines = (k0 + kTok <= vals.n ? kTok : std::max(vals.n - k0, 0)) * v_row_lines;
+  // Lines [begin, end) of rows[k0], rows[k0 + 1], ... of row_lines lines each (one division a share).
+  auto ask = [](const uint16_t* const* rows, int row_lines, int begin, int end) {
+    if (begin >= end) return;
+    int row = begin / row_lines, line = begin - row * row_lines;
+    for (int l = begin; l < end; ++l) {
+      __builtin_prefetch(reinterpret_cast<const char*>(rows[row]) + line * 64, 0, 1);
+      if (++line == row_lines) line = 0, ++row;
+    }
+  };
   for (int j = 0; j < num_kv_heads; ++j) {
-    for (int l = j * k_lines / num_kv_heads; l < (j + 1) * k_lines / num_kv_heads; ++l) {
-      __builtin_prefetch(reinterpret_cast<const char*>(ahead.keys[k0 + l / k_row_lines]) + (l % k_row_lines) * 64, 0, 1);
-    }
-    for (int l = j * v_lines / num_kv_heads; l < (j + 1) * v_lines / num_kv_heads; ++l) {
-      __builtin_prefetch(reinterpret_cast<const char*>(vals.vals[k0 + l / v_row_lines]) + (l % v_row_lines) * 64, 0, 1);
-    }
+    ask(ahead.keys + k0, k_row_lines, j * k_lines / num_kv_heads, (j + 1) * k_lines / num_kv_heads);
+    ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
     const int64_t off = int64_t{j} * dk;
     for (int h = 0; h < group; h += kHeads) {
       const int head = j * group + h;
