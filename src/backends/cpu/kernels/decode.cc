@@ -21,8 +21,9 @@ HWY_BEFORE_NAMESPACE();
 namespace attnkit::cpu::HWY_NAMESPACE {
 namespace {
 
-// Keys a tile holds: the scores of a group's heads ([group, 64] floats) stay in L1, and the
-// per-tile costs (softmax bookkeeping, rescaling o) are paid once per 64 keys (32: 5% slower in cache).
+// Keys a tile holds: the scores ([heads, 64] floats; every head's where S goes slot by slot) stay in
+// L1, and the per-tile costs (softmax bookkeeping, rescaling o) are paid once per 64 keys (32: 5%
+// slower in cache).
 constexpr int kKeyTile = 64;
 constexpr int kHeadBlock = 4;  // heads of a group sharing each loaded key: 4 keys x 4 heads accumulators
 constexpr int kKeyBlock = 4;
@@ -291,8 +292,8 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
                                p.num_kv_heads * dk, 0};
       // A unit's first tile also asks for the V rows that P V asks for a tile early elsewhere.
       const int first_heads = key0 == u.kv_begin ? std::min(kPvPrefetchHeads, p.num_kv_heads) : 0;
-      const Bf16Prefetch first_vals{nullptr, as_u16(vals), first_heads > 0 ? nt : 0, 0,
-                                    static_cast<int>((first_heads - 1) * p.v_head_stride + dv)};
+      const int first_len = first_heads > 0 ? static_cast<int>((first_heads - 1) * p.v_head_stride + dv) : 0;
+      const Bf16Prefetch first_vals{nullptr, as_u16(vals), first_heads > 0 ? nt : 0, 0, first_len};
       bf16_tokens_qk(q16, p.num_kv_heads, group, dk, as_u16(keys), nt, p.q_scale, t.s, stride, ahead, first_vals);
     }
     for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
