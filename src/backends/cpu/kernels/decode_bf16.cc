@@ -75,8 +75,8 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_block(const ui
 }
 
 // Every query head against kTok keys from k0, KV head by KV head (bf16_tokens_qk), in blocks of
-// kHeads query heads (a group is a whole number of them). Inlined down to qk_block: called through
-// a switch a block, it ran 17% slower from L3 than the head-by-head loop it replaced.
+// kHeads query heads and a block of the group's rest. Inlined down to qk_block: called through a
+// switch a block, it ran 17% slower from L3 than the head-by-head loop it replaced.
 template <int kTok, int kHeads>
 ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
     const uint16_t* q, int num_kv_heads, int group, int dk, const uint16_t* const* keys, int k0, float scale, float* s,
@@ -99,9 +99,19 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
     ask(ahead.keys + k0, k_row_lines, j * k_lines / num_kv_heads, (j + 1) * k_lines / num_kv_heads);
     ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
     const int64_t off = int64_t{j} * dk;
-    for (int h = 0; h < group; h += kHeads) {
+    int h = 0;
+    for (; h + kHeads <= group; h += kHeads) {
       const int head = j * group + h;
       qk_block<kTok, kHeads>(q + int64_t{head} * dk, dk, keys, k0, scale, s + head * s_stride, s_stride, off);
+    }
+    const int head = j * group + h;  // the group's last heads, fewer than kHeads
+    const uint16_t* qh = q + int64_t{head} * dk;
+    float* sh = s + head * s_stride;
+    switch (group - h) {
+      case 3: qk_block<kTok, 3>(qh, dk, keys, k0, scale, sh, s_stride, off); break;
+      case 2: qk_block<kTok, 2>(qh, dk, keys, k0, scale, sh, s_stride, off); break;
+      case 1: qk_block<kTok, 1>(qh, dk, keys, k0, scale, sh, s_stride, off); break;
+      default: break;
     }
   }
 }
@@ -175,9 +185,10 @@ ATTNKIT_BF16_TARGET inline void pv_heads(const Bf16Prefetch& pf, const uint32_t*
 ATTNKIT_BF16_TARGET void bf16_tokens_qk(const uint16_t* q, int num_kv_heads, int group, int dk,
                                         const uint16_t* const* keys, int nt, float scale, float* s, int s_stride,
                                         const Bf16Prefetch& keys_ahead, const Bf16Prefetch& vals) {
-  if (group % 4 == 0) return qk_tokens<4>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
-  if (group % 3 == 0) return qk_tokens<3>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
-  if (group % 2 == 0) return qk_tokens<2>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  // Blocks of 4 heads and the rest (up to 3): a key load serves up to 4 query heads.
+  if (group >= 4) return qk_tokens<4>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group == 3) return qk_tokens<3>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group == 2) return qk_tokens<2>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
   qk_tokens<1>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
 }
 
