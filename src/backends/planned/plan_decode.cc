@@ -226,25 +226,20 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
                 "planned plan: cta_item_indptr holds ", out.cta_item_indptr.size(), " entries, needs ", num_ctas + 1);
   const int units = shape.num_kv_heads * num_slices;  // per request
   const int n = batch.batch_size();
-  const int32_t* qo_indptr = batch.qo_indptr.data();
-  const int32_t* kv_page_indptr = batch.kv_page_indptr.data();
-  const int32_t* kv_last_page_len = batch.kv_last_page_len.data();
-  const int page_size = batch.page_size;
   // The visible KV positions [lo, kv_len) of request i, or lo == kv_len when it is not planned
-  // here (an extend request, or no history). Branch-free, so that the total's loop vectorizes.
+  // here (an extend request, or no history).
   auto visible = [&](int i, int& lo) {
-    const int pages = kv_page_indptr[i + 1] - kv_page_indptr[i];
-    const int kv_len = pages == 0 ? 0 : (pages - 1) * page_size + kv_last_page_len[i];
-    lo = qo_indptr[i + 1] - qo_indptr[i] == 1 ? decode_kv_begin(kv_len, window_left) : kv_len;
+    const int kv_len = batch.kv_len(i);
+    lo = batch.qo_len(i) == 1 ? decode_kv_begin(kv_len, window_left) : kv_len;
     return kv_len;
   };
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
+    if (batch.qo_len(i) != 1) continue;
     int lo;
     const int kv_len = visible(i, lo);
-    const bool decode = qo_indptr[i + 1] - qo_indptr[i] == 1;
-    total += decode ? int64_t{kv_len - lo + kItemCost} : 0;
-    st.num_decode_requests += decode;
+    total += int64_t{kv_len - lo + kItemCost};
+    ++st.num_decode_requests;
   }
   total *= units;
 
@@ -261,7 +256,13 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     if (lo >= kv_len) continue;  // not a decode request, or nothing to read: no items
     const int64_t whole_cost = int64_t{kv_len - lo} + kItemCost;
     // The unit of KV head 0, slice 0 as one item; the others differ in those two fields only.
-    const DecodeWorkItem first{qo_indptr[i], i, kv_page_indptr[i], 0, 0, lo, kv_len, -1, -1, 1, {0, 0}};
+    const DecodeWorkItem first{batch.qo_indptr[i], i, batch.kv_page_indptr[i], 0, 0, lo, kv_len, -1, -1, 1, {0, 0}};
+    auto unit = [&](int j) {  // unit j of the request (units go slice by slice, KV head by KV head)
+      DecodeWorkItem whole = first;
+      whole.kv_head_idx = j / num_slices;
+      whole.row_begin = j % num_slices * kDecodeRows;
+      return whole;
+    };
     for (int u = 0; u < units;) {
       // The units that leave room in the open CTA go there whole: unit u + j does while
       // (j + 1) whole costs stay below the room. The first that fills it or more goes to the
@@ -269,21 +270,13 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
       const int64_t room = target - load;
       int fit = 0;
       for (int64_t cost = whole_cost; fit < units - u && cost < room; cost += whole_cost) ++fit;
-      for (int j = u; j < u + fit; ++j) {
-        DecodeWorkItem whole = first;
-        whole.kv_head_idx = j / num_slices;
-        whole.row_begin = j % num_slices * kDecodeRows;
-        chunks.push(whole);
-      }
+      for (int j = u; j < u + fit; ++j) chunks.push(unit(j));
       load += fit * whole_cost;
       u += fit;
       if (u == units) break;
-      DecodeWorkItem whole = first;
-      whole.kv_head_idx = u / num_slices;
-      whole.row_begin = u % num_slices * kDecodeRows;
       cutter.ctas.load = load;
       cutter.chunks = chunks;
-      cutter.cut(whole);
+      cutter.cut(unit(u));
       load = cutter.ctas.load;
       target = cutter.ctas.target;
       chunks = cutter.chunks;

@@ -284,17 +284,16 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
     if (bf16) {
       // S of every head first, the keys read slot by slot (every KV head's row of a slot, then
       // the next slot: the cache's own order), kKeysAhead slots asked for ahead, into the next tile.
-      head_rows(slots, nt, 0, keys, vals);
-      head_rows(next_slots, next_nt, 0, pf_keys, pf_vals);
-      std::copy(keys, keys + nt, tok_keys);
-      std::copy(pf_keys, pf_keys + next_nt, tok_keys + nt);
+      head_rows(slots, nt, 0, tok_keys, vals);
+      head_rows(next_slots, next_nt, 0, tok_keys + nt, pf_vals);
       const Bf16Prefetch ahead{as_u16(tok_keys + kKeysAhead), nullptr, nt + next_nt - kKeysAhead,
                                p.num_kv_heads * dk, 0};
       // A unit's first tile also asks for the V rows that P V asks for a tile early elsewhere.
       const int first_heads = key0 == u.kv_begin ? std::min(kPvPrefetchHeads, p.num_kv_heads) : 0;
       const int first_len = first_heads > 0 ? static_cast<int>((first_heads - 1) * p.v_head_stride + dv) : 0;
       const Bf16Prefetch first_vals{nullptr, as_u16(vals), first_heads > 0 ? nt : 0, 0, first_len};
-      bf16_tokens_qk(q16, p.num_kv_heads, group, dk, as_u16(keys), nt, p.q_scale, t.s, stride, ahead, first_vals);
+      bf16_tokens_qk(q16, p.num_kv_heads, group, dk, as_u16(tok_keys), nt, p.q_scale, t.s, stride, ahead,
+                     first_vals);
     }
     for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
       head_rows(slots, nt, kv_head, keys, vals);
