@@ -50,35 +50,69 @@ PlanShape llama3_8b_shape() {
   return s;
 }
 
+// The batch a benchmark's arguments name: (requests, kv_len or its maximum, Lengths).
+ForwardBatch batch_for(const benchmark::State& state) {
+  return make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                    static_cast<Lengths>(state.range(2)), 1);
+}
+// A pool just large enough for the batch's pages.
+int pool_pages(const ForwardBatch& b) { return static_cast<int>(b.kv_page_indices.size()) + 1; }
+
+// One upload buffer's host side, sized for a batch.
+struct Staging {
+  Staging(const ForwardBatch& b, const PlanShape& shape)
+      : cap(capacity_for(b, shape)), layout(make_layout(cap, shape, 1)), bytes(layout.total_bytes) {}
+  PlanCapacity cap;
+  PlanLayout layout;
+  std::vector<std::byte> bytes;
+};
+
 void BM_PlanDecode(benchmark::State& state) {
-  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
-                                    static_cast<Lengths>(state.range(2)), 1);
+  const ForwardBatch b = batch_for(state);
   const PlanShape shape = llama3_8b_shape();
-  const PlanCapacity cap = capacity_for(b, shape);
-  const PlanLayout layout = make_layout(cap, shape, 1);
-  std::vector<std::byte> staging(layout.total_bytes);
-  for (auto _ : state) {
-    DecodePlanStats st = plan_decode(b, shape, -1, decode_view(layout, cap, shape, 0, staging.data()));
-    benchmark::DoNotOptimize(st);
-  }
-  const DecodePlanStats st = plan_decode(b, shape, -1, decode_view(layout, cap, shape, 0, staging.data()));
-  state.counters["items"] = st.num_items;
-  state.counters["merges"] = st.num_merges;
-  state.counters["balance"] = static_cast<double>(st.max_cta_cost) * shape.num_ctas / static_cast<double>(st.total_cost);
+  Staging st(b, shape);
+  auto plan = [&] { return plan_decode(b, shape, -1, decode_view(st.layout, st.cap, shape, 0, st.bytes.data())); };
+  for (auto _ : state) benchmark::DoNotOptimize(plan());
+  const DecodePlanStats stats = plan();
+  state.counters["items"] = stats.num_items;
+  state.counters["merges"] = stats.num_merges;
+  state.counters["balance"] =
+      static_cast<double>(stats.max_cta_cost) * shape.num_ctas / static_cast<double>(stats.total_cost);
 }
 
 void BM_PlanDecodeWithBatchArrays(benchmark::State& state) {
-  const ForwardBatch b = make_batch(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
-                                    static_cast<Lengths>(state.range(2)), 1);
+  const ForwardBatch b = batch_for(state);
   const PlanShape shape = llama3_8b_shape();
   for (auto _ : state) {
     const PlanCapacity cap = capacity_for(b, shape);
     const PlanLayout layout = make_layout(cap, shape, 1);
     static std::vector<std::byte> staging;
     if (staging.size() < layout.total_bytes) staging.resize(layout.total_bytes);
-    write_batch_arrays(b, layout, staging.data());
+    write_batch_arrays(b, layout, pool_pages(b), staging.data());
     DecodePlanStats st = plan_decode(b, shape, -1, decode_view(layout, cap, shape, 0, staging.data()));
     benchmark::DoNotOptimize(st);
+  }
+  state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
+}
+
+// The other host steps of init_forward_metadata, each alone: the batch's validation against the
+// cache (all but the page-table range, which the copy checks), and the copy of its arrays into the
+// staging layout.
+void BM_ValidateBatch(benchmark::State& state) {
+  const ForwardBatch b = batch_for(state);
+  KvCacheConfig cache;
+  cache.page_size = b.page_size;
+  cache.num_pages = pool_pages(b);
+  for (auto _ : state) b.validate_except_page_range(cache);
+  state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
+}
+
+void BM_WriteBatchArrays(benchmark::State& state) {
+  const ForwardBatch b = batch_for(state);
+  Staging st(b, llama3_8b_shape());
+  for (auto _ : state) {
+    write_batch_arrays(b, st.layout, pool_pages(b), st.bytes.data());
+    benchmark::ClobberMemory();
   }
   state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
 }
@@ -95,6 +129,8 @@ BENCHMARK(BM_PlanDecode)
     ->Args({16, 8192, kUniform})
     ->Args({1, 32768, kUniform});
 BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096, kRandom})->Args({256, 512, kRandom});
+BENCHMARK(BM_ValidateBatch)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
+BENCHMARK(BM_WriteBatchArrays)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 
 }  // namespace
 

@@ -45,6 +45,13 @@ struct ForwardBatch {
   int64_t slot(int i, int64_t position) const;
   // Throws attnkit::Error naming the first field that disagrees with the others or with `cache`.
   void validate(const KvCacheConfig& cache) const;
+  // The same, except that kv_page_indices are not checked against the cache's page count: for a
+  // caller that copies them with copy_page_indices, which checks them in the same pass.
+  void validate_except_page_range(const KvCacheConfig& cache) const;
+  // Copies kv_page_indices to dst, checking that each is in [0, num_pages): one read of the page
+  // table where validate() and a copy read it twice. Throws validate()'s error for the first one
+  // out of range.
+  void copy_page_indices(int32_t* dst, int num_pages) const;
 };
 
 struct RequestStep {

@@ -28,7 +28,11 @@ TensorView AttentionBackend::host_out_cache_loc() const {
 
 void AttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
   const KvCacheConfig& cache_config = cache().config();
-  batch.validate(cache_config);
+  if (plan_checks_page_indices()) {
+    batch.validate_except_page_range(cache_config);
+  } else {
+    batch.validate(cache_config);
+  }
   for (int l = 0; l < model().num_layers(); ++l) {
     const std::string why = why_unsupported(caps(), model().layer(l), cache_config, &batch);
     ATTNKIT_CHECK(why.empty(), name(), ": ", why, " (layer ", l, ")");

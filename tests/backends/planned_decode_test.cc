@@ -30,6 +30,17 @@ void expect_passes(const harness::CheckCase& c) {
 
 AttentionSpec heads(int q, int kv, int dim) { return AttentionSpec::dense(q, kv, dim); }
 
+// A bf16 cache of pages of 16 on the host: `layers` layers of `kv_heads` heads of `dim`.
+KvCacheConfig cache_config(int layers, int pages, int kv_heads, int dim) {
+  KvCacheConfig c;
+  c.num_layers = layers;
+  c.num_pages = pages;
+  c.page_size = 16;
+  c.num_kv_heads = kv_heads;
+  c.head_dim_k = c.head_dim_v = dim;
+  return c;
+}
+
 harness::CheckCase decode_case(std::string label, AttentionSpec spec, std::vector<int64_t> kv_lens, int page = 16) {
   harness::CheckCase c;
   c.label = std::move(label);
@@ -223,12 +234,7 @@ TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
   model.layers[0].window_left = 40;
   model.layers[2].window_left = 700;
   model.layers[2].sinks.clear();
-  KvCacheConfig cfg;
-  cfg.num_layers = 3;
-  cfg.num_pages = 200;
-  cfg.page_size = 16;
-  cfg.num_kv_heads = 2;
-  cfg.head_dim_k = cfg.head_dim_v = 64;
+  const KvCacheConfig cfg = cache_config(3, 200, 2, 64);
   KvCacheConfig dev_cfg = cfg;
   dev_cfg.device = Device::cuda;
   KvCache dev_cache(dev_cfg), ref_cache(cfg);
@@ -286,6 +292,33 @@ TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
       }
     }
   }
+}
+
+// The plan copies the page table into its upload and checks it on the way (the core's validation
+// leaves the range to that copy): an entry out of range is named as validation names it, no batch
+// is left planned, and the next good batch plans as usual.
+TEST(PlannedDecodeRefusals, PageOutOfRangeIsRefusedAtPlan) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ModelSpec model;
+  model.name = "one layer";
+  model.layers = {heads(8, 2, 128)};
+  KvCacheConfig cfg = cache_config(1, 40, 2, 128);
+  cfg.device = Device::cuda;
+  KvCache cache(cfg);
+  const ForwardBatch good =
+      build_batch(cache, {{.id = -1, .prefix_len = 100, .num_new_tokens = 1, .custom_mask = {}},
+                          {.id = -1, .prefix_len = 40, .num_new_tokens = 1, .custom_mask = {}}});
+  ForwardBatch bad = good;
+  bad.kv_page_indices[2] = 40;  // not the page of any new token's slot
+  auto dut = create_backend("planned", {&model, &cache});
+  try {
+    dut->init_forward_metadata(bad);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "batch: kv_page_indices[2] must be in 0..39, got 40");
+  }
+  EXPECT_THROW(dut->batch(), Error);
+  EXPECT_NO_THROW(dut->init_forward_metadata(good));
 }
 
 TEST(PlannedDecodeRefusals, UnsupportedShapesAreRefusedByCapabilities) {

@@ -1,6 +1,8 @@
 // build_batch's CSR arrays, and ForwardBatch::validate's messages.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "attnkit/batch.h"
 
 namespace attnkit {
@@ -97,6 +99,30 @@ TEST_F(ValidateTest, PageIndexOutOfRange) {
 TEST_F(ValidateTest, NegativePageIndex) {
   b.kv_page_indices.back() = -1;
   expect_error(("batch: kv_page_indices[" + std::to_string(b.kv_page_indices.size() - 1) + "] must be in 0..7, got -1").c_str());
+}
+
+// The copy that checks the page table in passing (for backends that upload it) copies every entry
+// and names the first one out of range as validate() does; validation without the range check
+// passes a batch whose only fault is an entry no new token's slot comes from.
+TEST(ValidateBatch, CopyPageIndicesChecksTheRange) {
+  KvCache cache(config(8, 4));
+  ForwardBatch b = build_batch(cache, {{.id = -1, .prefix_len = 8, .num_new_tokens = 1, .custom_mask = {}}});
+  ASSERT_EQ(b.kv_page_indices.size(), 3u);
+  std::vector<int32_t> copy(b.kv_page_indices.size(), -7);
+  b.copy_page_indices(copy.data(), cache.config().num_pages);
+  EXPECT_EQ(copy, b.kv_page_indices);
+  b.kv_page_indices[0] = 8;
+  b.kv_page_indices[1] = -1;
+  EXPECT_NO_THROW(b.validate_except_page_range(cache.config()));
+  for (auto check : {std::function<void()>([&] { b.copy_page_indices(copy.data(), cache.config().num_pages); }),
+                     std::function<void()>([&] { b.validate(cache.config()); })}) {
+    try {
+      check();
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(), "batch: kv_page_indices[0] must be in 0..7, got 8");
+    }
+  }
 }
 
 TEST_F(ValidateTest, LengthsDisagreeWithPageTable) {

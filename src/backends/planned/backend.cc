@@ -115,7 +115,7 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   }
   std::byte* staging = arena->begin_write();
   const planned::PlanLayout& layout = arena->layout();
-  planned::write_batch_arrays(batch, layout, staging);
+  planned::write_batch_arrays(batch, layout, cache().config().num_pages, staging);
   for (int v = 0; v < num_variants(); ++v) {
     const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, v, staging);
     stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);

@@ -101,7 +101,7 @@ PlanCapacity capacity_for(const ForwardBatch& batch, const PlanShape& shape) {
   return c;
 }
 
-void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& l, std::byte* staging) {
+void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& l, int num_pages, std::byte* staging) {
   auto put = [&](size_t offset, const auto& v) {
     if (!v.empty()) std::memcpy(staging + offset, v.data(), v.size() * sizeof(v[0]));
   };
@@ -114,7 +114,7 @@ void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& l, std::byt
     put(l.custom_mask_indptr, batch.custom_mask_indptr);
     put(l.custom_mask, batch.custom_mask);
   }
-  put(l.kv_page_indices, batch.kv_page_indices);
+  batch.copy_page_indices(reinterpret_cast<int32_t*>(staging + l.kv_page_indices), num_pages);
 }
 
 DecodePlanView decode_view(const PlanLayout& l, const PlanCapacity& c, const PlanShape& shape, int v,

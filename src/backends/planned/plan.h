@@ -110,8 +110,10 @@ PlanLayout make_layout(const PlanCapacity& capacity, const PlanShape& shape, int
 // What a batch needs (decode items per variant at their bound).
 PlanCapacity capacity_for(const ForwardBatch& batch, const PlanShape& shape);
 
-// Copies the batch's CSR arrays into their sections of `staging` (host memory laid out by `layout`).
-void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& layout, std::byte* staging);
+// Copies the batch's CSR arrays into their sections of `staging` (host memory laid out by `layout`),
+// checking the page-table entries against the cache's `num_pages` on the way (validation leaves
+// them to this copy: one read of the page table instead of two).
+void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& layout, int num_pages, std::byte* staging);
 
 // The plan view of variant v inside `staging`.
 DecodePlanView decode_view(const PlanLayout& layout, const PlanCapacity& capacity, const PlanShape& shape, int v,
