@@ -1,11 +1,15 @@
 // Host cost of the `planned` backend's plan (Google Benchmark): the decode scheduler alone, and with
-// the batch's CSR arrays written into the staging layout (everything but the one upload call).
+// the batch's CSR arrays written into the staging layout; each other step of init_forward_metadata
+// alone (validation, the arrays' copy, the upload's CUDA calls).
 #include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <random>
 #include <vector>
 
+#include "attnkit/registry.h"
+#include "backends/planned/graph_state.h"
 #include "backends/planned/plan.h"
 
 namespace {
@@ -117,6 +121,26 @@ void BM_WriteBatchArrays(benchmark::State& state) {
   state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
 }
 
+// The CUDA side of a plan: the staging buffer's turn (waiting, if need be, for the upload two plans
+// back) and the one upload enqueued. Skipped where there is no CUDA device.
+void BM_PlanUpload(benchmark::State& state) {
+  std::string why;
+  if (!cuda_available(&why)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const ForwardBatch b = batch_for(state);
+  const PlanShape shape = llama3_8b_shape();
+  PlanArena arena;
+  arena.reserve(capacity_for(b, shape), shape, 1);
+  const size_t bytes = arena.layout().used_bytes(static_cast<int>(b.kv_page_indices.size()));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(arena.begin_write());
+    arena.upload(bytes, cudaStreamPerThread);  // the backend's stream
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+
 // (requests, kv_len or its maximum, Lengths)
 BENCHMARK(BM_PlanDecode)
     ->Args({256, 4096, kRandom})
@@ -131,6 +155,7 @@ BENCHMARK(BM_PlanDecode)
 BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096, kRandom})->Args({256, 512, kRandom});
 BENCHMARK(BM_ValidateBatch)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 BENCHMARK(BM_WriteBatchArrays)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
+BENCHMARK(BM_PlanUpload)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 
 }  // namespace
 

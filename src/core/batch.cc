@@ -2,6 +2,7 @@
 #include "attnkit/batch.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace attnkit {
 
@@ -63,13 +64,20 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool all_below(cons
   for (size_t i = 0; i < n; ++i) out |= static_cast<uint32_t>(data[i]) >= limit ? 1u : 0u;
   return out == 0;
 }
-// all_below while copying v to dst.
+// all_below while copying v to dst. The vector loop starts where dst is 64-byte aligned: a vector
+// store across two cache lines costs about two, and on the H200 machine's Xeon host the unaligned
+// loop copied the page table at half memcpy's rate.
 __attribute__((target_clones("avx512f", "avx2", "default"))) bool copy_all_below(const std::vector<int32_t>& v,
                                                                                   uint32_t limit, int32_t* dst) {
   uint32_t out = 0;
   const int32_t* data = v.data();
   const size_t n = v.size();
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % 64 != 0; ++i) {
+    dst[i] = data[i];
+    out |= static_cast<uint32_t>(data[i]) >= limit ? 1u : 0u;
+  }
+  for (; i < n; ++i) {
     const int32_t x = data[i];
     dst[i] = x;
     out |= static_cast<uint32_t>(x) >= limit ? 1u : 0u;
