@@ -3,7 +3,9 @@
 Run on the device (FlashInfer importable, attnkit's tool built). The batch: 256 requests with KV
 lengths drawn uniformly from [128, MAX] (seeded), Llama-3-8B heads, pages of 16. attnkit's figure
 is `attnkit bench`'s plan column: `init_forward_metadata` whole (the host scheduler and the enqueued
-upload of the plan and the batch's arrays), median of 21. FlashInfer's: `plan()` of
+upload of the plan and the batch's arrays), median of 21; and its next-step column: the same for the
+21 decode steps after it, each history one position longer (a plan the backend may derive from the
+last one). FlashInfer's: `plan()` of
 BatchDecodeWithPagedKVCacheWrapper with tensor cores (the decode peer timed beside `planned`), its
 index arrays on the host as its documentation recommends, median of 51 after 5 untimed calls.
 
@@ -28,7 +30,7 @@ def kv_lens(max_len: int, seed: int = 1):
     return [rng.randint(128, max_len) for _ in range(NUM_REQUESTS)]
 
 
-def attnkit_plan_us(tool: str, lens) -> float:
+def attnkit_plan_us(tool: str, lens) -> tuple:
     requests = ",".join(f"{n - 1}+1" for n in lens)
     out = "/tmp/plan_time_attnkit.json"
     subprocess.run([tool, "bench", "--backend", "planned", "--preset", "llama3-8b", "--phase", "decode",
@@ -37,7 +39,7 @@ def attnkit_plan_us(tool: str, lens) -> float:
     with open(out) as f:
         data = json.load(f)
     rows = data["results"] if isinstance(data, dict) else data
-    return float(rows[0]["plan_us"])
+    return float(rows[0]["plan_us"]), float(rows[0].get("plan_step_us", float("nan")))
 
 
 def flashinfer_plan_us(lens) -> float:
@@ -72,19 +74,19 @@ def main() -> int:
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     rows = []
-    print("| batch | attnkit planned plan us | FlashInfer decode-tc plan us | ratio |")
-    print("|---|---|---|---|")
+    print("| batch | attnkit planned plan us | FlashInfer decode-tc plan us | ratio | attnkit next decode step us |")
+    print("|---|---|---|---|---|")
     for max_len in MAX_LENS:
         lens = kv_lens(max_len)
-        ours = attnkit_plan_us(args.tool, lens)
+        ours, step = attnkit_plan_us(args.tool, lens)
         try:
             theirs = flashinfer_plan_us(lens)
         except Exception as e:  # noqa: BLE001 (a peer that cannot run is reported, not fatal)
             print(f"FlashInfer plan failed: {e}", file=sys.stderr)
             theirs = float("nan")
         name = f"{NUM_REQUESTS} x [128, {max_len}]"
-        rows.append({"batch": name, "attnkit_us": ours, "flashinfer_us": theirs})
-        print(f"| {name} | {ours:.1f} | {theirs:.1f} | {theirs / ours:.2f} |", flush=True)
+        rows.append({"batch": name, "attnkit_us": ours, "flashinfer_us": theirs, "attnkit_step_us": step})
+        print(f"| {name} | {ours:.1f} | {theirs:.1f} | {theirs / ours:.2f} | {step:.1f} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

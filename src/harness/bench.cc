@@ -33,6 +33,13 @@ int64_t visible_keys(const AttentionSpec& s, int64_t prefix, int64_t n, int64_t 
   return std::max<int64_t>(0, hi - lo + 1);
 }
 
+// Decode steps planned after the timed calls (BenchResult::plan_step_us).
+constexpr int kPlanSteps = 21;
+
+bool is_decode(const Workload& w) {
+  return std::all_of(w.requests.begin(), w.requests.end(), [](const auto& r) { return r.second == 1; });
+}
+
 KvCacheConfig cache_for(const Workload& w, Device device) {
   KvCacheConfig cfg = KvCacheConfig::for_spec(w.model.layer(0));
   cfg.page_size = w.page_size;
@@ -40,6 +47,8 @@ KvCacheConfig cache_for(const Workload& w, Device device) {
   cfg.device = device;
   int64_t pages = 0;
   for (const auto& [p, n] : w.requests) pages += (p + n + w.page_size - 1) / w.page_size;
+  // A decode batch's requests also grow by kPlanSteps tokens each.
+  if (is_decode(w)) pages += static_cast<int64_t>(w.requests.size()) * (kPlanSteps / w.page_size + 1);
   cfg.num_pages = static_cast<int>(pages);
   return cfg;
 }
@@ -240,6 +249,24 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   }
   std::sort(plan_us.begin(), plan_us.end());
   r.plan_us = plan_us[plan_us.size() / 2];
+  // And the plans of the next decode steps, each history one position longer than in the step
+  // before (a serving loop's usual plan, which a backend may derive from the last one): the
+  // batches are built first, then planned in order.
+  if (is_decode(w)) {
+    std::vector<RequestStep> grow;
+    for (RequestId id : batch.request_ids) grow.push_back({.id = id, .prefix_len = 0, .num_new_tokens = 1, .custom_mask = {}});
+    std::vector<ForwardBatch> next;
+    for (int i = 0; i < kPlanSteps; ++i) next.push_back(build_batch(cache, grow));
+    std::vector<double> step_us;
+    for (const ForwardBatch& nb : next) {
+      const auto t0 = Clock::now();
+      b->init_forward_metadata(nb);
+      step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    b->synchronize();
+    std::sort(step_us.begin(), step_us.end());
+    r.plan_step_us = step_us[step_us.size() / 2];
+  }
   return r;
 }
 

@@ -61,6 +61,7 @@ struct BenchResult {
   double peak_rss_bytes = 0.0;     // host peak resident set after the run (inputs and cache included)
   double backend_host_bytes = 0.0; // host resident memory the backend added (creation to warm-up)
   double plan_us = 0.0;            // host time of init_forward_metadata (validation + plan)
+  double plan_step_us = 0.0;       // the same for the next decode steps (decode batches only)
 };
 
 BenchResult run_bench(const std::string& backend, const Workload& workload, const BenchOptions& options);

@@ -287,6 +287,45 @@ TEST(PlannedPlan, RandomBatchesShapesAndWindows) {
   }
 }
 
+// The next decode steps' plans, derived from a full one: every invariant of a full plan holds for
+// the longer batch, the chunks stay where they were but for each unit's last one (one position
+// longer), and page-table offsets follow requests that gained a page.
+TEST(PlannedPlan, StepPlansFollowTheLongerBatch) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int n = std::uniform_int_distribution<int>(1, 200)(rng);
+    std::vector<std::pair<int, int>> reqs;
+    for (int i = 0; i < n; ++i) reqs.push_back({std::uniform_int_distribution<int>(1, trial % 2 ? 9000 : 300)(rng), 1});
+    const int page = std::vector<int>{1, 16, 64}[static_cast<size_t>(trial % 3)];
+    const int kv_heads = std::vector<int>{1, 2, 8}[static_cast<size_t>(trial % 3)];
+    const int group = std::vector<int>{1, 4, 8, 32}[static_cast<size_t>(trial % 4)];
+    const PlanShape s = shape(group * kv_heads, kv_heads, std::vector<int>{1, 7, 132, 396}[static_cast<size_t>(trial % 4)]);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    Planned prev = run_plan(make_batch(reqs, page), s, -1);
+    EXPECT_GE(max_steps_between_plans(s, prev.view, prev.stats), 0);
+    EXPECT_LE(max_steps_between_plans(s, prev.view, prev.stats), 32);
+    for (int step = 1; step <= 5; ++step) {
+      for (auto& r : reqs) ++r.first;
+      const ForwardBatch b = make_batch(reqs, page);
+      Planned next = prev;  // the same layout and capacity, other bytes
+      std::fill(next.staging.begin(), next.staging.end(), std::byte{0xa5});
+      next.view = decode_view(next.layout, next.cap, s, 0, next.staging.data());
+      next.stats = step_decode_plan(b, s, prev.view, prev.stats, next.view);
+      check_plan(b, s, -1, next);
+      ASSERT_EQ(next.stats.num_items, prev.stats.num_items);
+      for (int c = 0; c <= s.num_ctas; ++c) ASSERT_EQ(next.view.cta_item_indptr[c], prev.view.cta_item_indptr[c]);
+      for (int i = 0; i < next.stats.num_items; ++i) {
+        const DecodeWorkItem &a = prev.view.items[i], &z = next.view.items[i];
+        ASSERT_EQ(z.kv_begin, a.kv_begin);
+        ASSERT_EQ(z.kv_end, a.kv_end + a.owns_new_key);
+        ASSERT_EQ(z.page_begin, b.kv_page_indptr[z.request_idx]);
+      }
+      prev = std::move(next);
+      prev.view = decode_view(prev.layout, prev.cap, s, 0, prev.staging.data());
+    }
+  }
+}
+
 TEST(PlannedPlan, OneCtaTakesEverythingUnsplit) {
   const ForwardBatch b = make_batch({{5000, 1}, {3, 1}, {0, 0}, {700, 1}}, 16);
   const PlanShape s = shape(8, 2, 1);

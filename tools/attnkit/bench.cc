@@ -44,7 +44,7 @@ nlohmann::json to_json(const harness::BenchResult& r) {
           {"max_ms", r.max_ms},         {"flops", r.flops},               {"bytes", r.bytes},
           {"tokens_per_s", r.tokens_per_s}, {"flop_per_s", r.flop_per_s}, {"bytes_per_s", r.bytes_per_s},
           {"workspace_bytes", r.workspace_bytes}, {"backend_host_bytes", r.backend_host_bytes},
-          {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}};
+          {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}, {"plan_step_us", r.plan_step_us}};
 }
 
 }  // namespace

@@ -113,12 +113,21 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   } else {
     dynamic_.reserve(need, shape_, num_variants());
   }
+  const bool step = is_next_step(batch, *arena, need);
+  last_.arena = nullptr;  // a plan that fails half-written is no base for the next one
   std::byte* staging = arena->begin_write();
   const planned::PlanLayout& layout = arena->layout();
   planned::write_batch_arrays(batch, layout, cache().config().num_pages, staging);
   for (int v = 0; v < num_variants(); ++v) {
     const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, v, staging);
-    stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);
+    if (step) {
+      // The previous plan's bytes, read from the staging buffer it was written into.
+      const planned::DecodePlanView prev = planned::decode_view(layout, arena->capacity(), shape_, v,
+                                                                const_cast<std::byte*>(arena->previous()));
+      stats_[v] = planned::step_decode_plan(batch, shape_, prev, stats_[v], view);
+    } else {
+      stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);
+    }
     if (timeline_) timeline_->set_plan(v, view.cta_item_indptr, view.items);
   }
   num_prefill_items_ = 0;
@@ -129,6 +138,38 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   }
   arena->upload(layout.used_bytes(static_cast<int>(batch.kv_page_indices.size())), stream());
   active_ = arena;
+
+  // What the next decode step's plan may be derived from.
+  const int n = batch.batch_size();
+  last_.kv_lens.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) last_.kv_lens[static_cast<size_t>(i)] = batch.kv_len(i);
+  if (step) {
+    ++last_.steps;
+  } else {
+    last_.steps = 0;
+    last_.max_steps = can_step(batch, need) ? planned::max_steps_between_plans(
+                                                  shape_, planned::decode_view(layout, arena->capacity(), shape_, 0, staging), stats_[0])
+                                            : 0;
+  }
+  last_.arena = arena;
+  last_.generation = arena->generation();
+}
+
+bool PlannedBackend::can_step(const ForwardBatch& batch, const planned::PlanCapacity& need) const {
+  return batch.mode == ForwardMode::decode && batch.custom_mask.empty() && need.prefill_items == 0 &&
+         num_variants() == 1 && windows_[0] < 0;
+}
+
+bool PlannedBackend::is_next_step(const ForwardBatch& batch, const planned::PlanArena& arena,
+                                  const planned::PlanCapacity& need) const {
+  if (last_.arena != &arena || last_.generation != arena.generation() || last_.steps >= last_.max_steps ||
+      !can_step(batch, need) || static_cast<size_t>(batch.batch_size()) != last_.kv_lens.size()) {
+    return false;
+  }
+  for (int i = 0; i < batch.batch_size(); ++i) {
+    if (batch.kv_len(i) != last_.kv_lens[static_cast<size_t>(i)] + 1) return false;
+  }
+  return true;
 }
 
 void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,

@@ -33,6 +33,8 @@ class PlannedBackend final : public AttentionBackend {
   const planned::DecodePlanStats& decode_stats(int variant = 0) const { return stats_[variant]; }
   const planned::PlanShape& plan_shape() const { return shape_; }
   int num_variants() const { return static_cast<int>(windows_.size()); }
+  // Plans in a row derived from the last full one (0: the last plan was a full one).
+  int plan_steps() const { return last_.steps; }
 
  protected:
   void plan(const ForwardBatch& batch) override;
@@ -45,6 +47,22 @@ class PlannedBackend final : public AttentionBackend {
   }
 
  private:
+  // A decode batch without custom masks or extend requests, and a model without windows: what a
+  // plan must be for the next one to be derived from it.
+  bool can_step(const ForwardBatch& batch, const planned::PlanCapacity& need) const;
+  // Whether `batch` is the next decode step of the last plan, written into `arena`: the same
+  // requests, each one position longer, and steps left before the balance drifts too far.
+  bool is_next_step(const ForwardBatch& batch, const planned::PlanArena& arena, const planned::PlanCapacity& need) const;
+
+  // The last plan, as the next decode step's plan reads it (step_decode_plan).
+  struct LastPlan {
+    const planned::PlanArena* arena = nullptr;  // null: none to derive from
+    uint64_t generation = 0;
+    std::vector<int32_t> kv_lens;  // the batch's history lengths
+    int steps = 0;                 // plans derived since the last full one
+    int max_steps = 0;             // max_steps_between_plans of that full one
+  };
+
   planned::PlanShape shape_;
   std::vector<int> windows_;        // distinct window_left values; the plan has one variant each
   std::vector<int> layer_variant_;  // [num_layers] index into windows_
@@ -58,6 +76,7 @@ class PlannedBackend final : public AttentionBackend {
   Buffer partials_;  // partial_o [max_partials, kDecodeRows, head_dim] then partial_lse [max_partials, kDecodeRows]
   Buffer sinks_;     // [num_layers, num_qo_heads] f32
   std::unique_ptr<planned::DecodeTimeline> timeline_;  // diagnostics; null unless asked for
+  LastPlan last_;
 };
 
 }  // namespace attnkit

@@ -28,6 +28,7 @@ void PlanArena::release() noexcept {
 
 void PlanArena::allocate(const PlanCapacity& capacity, const PlanShape& shape, int num_variants) {
   release();
+  ++generation_;
   capacity_ = capacity;
   layout_ = make_layout(capacity, shape, num_variants);
   const size_t bytes = std::max<size_t>(layout_.total_bytes, 16);

@@ -35,6 +35,11 @@ class PlanArena {
   std::byte* begin_write();
   // One host-to-device copy of [0, bytes) of the buffer begin_write gave, ordered on `stream`.
   void upload(size_t bytes, cudaStream_t stream);
+  // After begin_write: the other staging buffer, which holds the previous plan written here (its
+  // upload may still be reading it: read only), unless the arena was allocated since (generation).
+  const std::byte* previous() const { return static_cast<const std::byte*>(staging_[current_ ^ 1]); }
+  // Counts allocations: a plan written at another generation is not in this layout.
+  uint64_t generation() const { return generation_; }
 
   const PlanLayout& layout() const { return layout_; }
   const PlanCapacity& capacity() const { return capacity_; }
@@ -56,6 +61,7 @@ class PlanArena {
   bool pending_[2] = {};     // an upload out of staging_[i] may still be in flight
   int current_ = 0;          // the buffer being written (begin_write's), next upload's source
   bool frozen_ = false;
+  uint64_t generation_ = 0;
 };
 
 // A CUDA graph of what `body` enqueues on the calling thread's default stream (the stream the

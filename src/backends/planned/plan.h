@@ -77,6 +77,19 @@ inline int decode_kv_begin(int kv_len, int window_left) {
 // unit is split only where a CTA's share ends. Throws attnkit::Error when `out` is too small.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out);
 
+// The next decode step's plan, from the last one: `prev` was planned (by plan_decode, or by this)
+// for a decode batch without a window whose requests are each one position shorter than `batch`'s,
+// which the caller has checked. The chunks and merges stay; the chunk of each unit that holds the
+// new key grows by one position, and every item takes its request's page-table offset from
+// `batch` (a request that gained a page moves the ones after it). `out` must hold prev's items and
+// merges (the same layout). A plan's time without the scheduler's cutting: its balance drifts by
+// one position a step for each unit whose end a CTA holds (max_steps_between_plans bounds it).
+DecodePlanStats step_decode_plan(const ForwardBatch& batch, const PlanShape& shape, const DecodePlanView& prev,
+                                 const DecodePlanStats& prev_stats, DecodePlanView out);
+// How many plans in a row step_decode_plan may make after a plan_decode: the most units a CTA holds
+// times the steps stays within 1% of the mean CTA's load (at most 32).
+int max_steps_between_plans(const PlanShape& shape, const DecodePlanView& plan, const DecodePlanStats& stats);
+
 // The extend kernel's work: every q tile of every request with two or more new tokens, unsplit,
 // the longest KV history first. Returns the number of items written.
 int plan_prefill(const ForwardBatch& batch, const PlanShape& shape, std::span<PrefillWorkItem> out);
