@@ -157,7 +157,7 @@ void BM_PlanUpload(benchmark::State& state) {
     benchmark::DoNotOptimize(arena.begin_write());
     arena.upload(bytes, cudaStreamPerThread);  // the backend's stream
     state.PauseTiming();
-    cudaStreamSynchronize(cudaStreamPerThread);
+    synchronize(Device::cuda);
     state.ResumeTiming();
   }
   state.counters["bytes"] = static_cast<double>(bytes);
