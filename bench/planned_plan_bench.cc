@@ -84,24 +84,6 @@ void BM_PlanDecode(benchmark::State& state) {
       static_cast<double>(stats.max_cta_cost) * shape.num_ctas / static_cast<double>(stats.total_cost);
 }
 
-// The next decode step's plan derived from a full one (step_decode_plan), in place of the scheduler.
-void BM_StepDecodePlan(benchmark::State& state) {
-  const ForwardBatch b = batch_for(state);
-  const PlanShape shape = llama3_8b_shape();
-  Staging prev(b, shape), next(b, shape);
-  const DecodePlanView prev_view = decode_view(prev.layout, prev.cap, shape, 0, prev.bytes.data());
-  const DecodePlanStats prev_stats = plan_decode(b, shape, -1, prev_view);
-  ForwardBatch longer = b;  // each history one longer: the last page's fill, or a new page
-  for (int i = 0; i < longer.batch_size(); ++i) {
-    if (longer.kv_last_page_len[i] < longer.page_size) ++longer.kv_last_page_len[i];
-  }
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(
-        step_decode_plan(longer, shape, prev_view, prev_stats, decode_view(next.layout, next.cap, shape, 0, next.bytes.data())));
-  }
-  state.counters["max_steps"] = max_steps_between_plans(shape, prev_view, prev_stats);
-}
-
 void BM_PlanDecodeWithBatchArrays(benchmark::State& state) {
   const ForwardBatch b = batch_for(state);
   const PlanShape shape = llama3_8b_shape();
@@ -155,7 +137,7 @@ void BM_PlanUpload(benchmark::State& state) {
   const size_t bytes = arena.layout().used_bytes(static_cast<int>(b.kv_page_indices.size()));
   for (auto _ : state) {
     benchmark::DoNotOptimize(arena.begin_write());
-    arena.upload(bytes, cudaStreamPerThread);  // the backend's stream
+    arena.upload(0, bytes, cudaStreamPerThread);  // the backend's stream
     state.PauseTiming();
     synchronize(Device::cuda);
     state.ResumeTiming();
@@ -175,7 +157,6 @@ BENCHMARK(BM_PlanDecode)
     ->Args({16, 8192, kUniform})
     ->Args({1, 32768, kUniform});
 BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096, kRandom})->Args({256, 512, kRandom});
-BENCHMARK(BM_StepDecodePlan)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom})->Args({64, 0, kSkewed});
 BENCHMARK(BM_ValidateBatch)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 BENCHMARK(BM_WriteBatchArrays)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 BENCHMARK(BM_PlanUpload)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});

@@ -250,15 +250,16 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   std::sort(plan_us.begin(), plan_us.end());
   r.plan_us = plan_us[plan_us.size() / 2];
   // And the plans of the next decode steps, each history one position longer than in the step
-  // before (a serving loop's usual plan, which a backend may derive from the last one): the
-  // batches are built first, then planned in order.
+  // before (a serving loop's usual plan, which a backend may derive from the last one). Each
+  // batch is built just before its plan, untimed, as a serving loop builds it.
   if (is_decode(w)) {
     std::vector<RequestStep> grow;
     for (RequestId id : batch.request_ids) grow.push_back({.id = id, .prefix_len = 0, .num_new_tokens = 1, .custom_mask = {}});
-    std::vector<ForwardBatch> next;
-    for (int i = 0; i < kPlanSteps; ++i) next.push_back(build_batch(cache, grow));
+    ForwardBatch next[2];  // the backend keeps the last planned one: built in turn
     std::vector<double> step_us;
-    for (const ForwardBatch& nb : next) {
+    for (int i = 0; i < kPlanSteps; ++i) {
+      ForwardBatch& nb = next[i % 2];
+      nb = build_batch(cache, grow);
       const auto t0 = Clock::now();
       b->init_forward_metadata(nb);
       step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());

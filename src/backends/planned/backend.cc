@@ -113,30 +113,28 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   } else {
     dynamic_.reserve(need, shape_, num_variants());
   }
+  // The next decode step of the last plan keeps that plan on the device: the kernel takes the
+  // moving parts (page offsets, the new key's chunk end) from the batch's arrays. Only they go up.
   const bool step = is_next_step(batch, *arena, need);
-  last_.arena = nullptr;  // a plan that fails half-written is no base for the next one
+  last_.arena = nullptr;  // a plan that fails half-way is no base for the next one
   std::byte* staging = arena->begin_write();
   const planned::PlanLayout& layout = arena->layout();
   planned::write_batch_arrays(batch, layout, cache().config().num_pages, staging);
-  for (int v = 0; v < num_variants(); ++v) {
-    const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, v, staging);
-    if (step) {
-      // The previous plan's bytes, read from the staging buffer it was written into.
-      const planned::DecodePlanView prev = planned::decode_view(layout, arena->capacity(), shape_, v,
-                                                                const_cast<std::byte*>(arena->previous()));
-      stats_[v] = planned::step_decode_plan(batch, shape_, prev, stats_[v], view);
-    } else {
-      stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);
-    }
-    if (timeline_) timeline_->set_plan(v, view.cta_item_indptr, view.items);
-  }
   num_prefill_items_ = 0;
-  if (need.prefill_items > 0) {
-    auto* items = reinterpret_cast<planned::PrefillWorkItem*>(staging + layout.prefill_items);
-    num_prefill_items_ =
-        planned::plan_prefill(batch, shape_, {items, static_cast<size_t>(arena->capacity().prefill_items)});
+  if (!step) {
+    for (int v = 0; v < num_variants(); ++v) {
+      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, v, staging);
+      stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);
+      if (timeline_) timeline_->set_plan(v, view.cta_item_indptr, view.items);
+    }
+    if (need.prefill_items > 0) {
+      auto* items = reinterpret_cast<planned::PrefillWorkItem*>(staging + layout.prefill_items);
+      num_prefill_items_ =
+          planned::plan_prefill(batch, shape_, {items, static_cast<size_t>(arena->capacity().prefill_items)});
+    }
   }
-  arena->upload(layout.used_bytes(static_cast<int>(batch.kv_page_indices.size())), stream());
+  arena->upload(step ? layout.qo_indptr : 0, layout.used_bytes(static_cast<int>(batch.kv_page_indices.size())),
+                stream());
   active_ = arena;
 
   // What the next decode step's plan may be derived from.
@@ -250,6 +248,8 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.k_pool = cache().k_pool(layer);
   dec.v_pool = cache().v_pool(layer);
   dec.kv_page_indices = active_->device<int32_t>(l.kv_page_indices);
+  dec.kv_page_indptr = active_->device<int32_t>(l.kv_page_indptr);
+  dec.kv_last_page_len = active_->device<int32_t>(l.kv_last_page_len);
   dec.custom_mask = mask;
   dec.custom_mask_indptr = mask_indptr;
   dec.sinks = sinks;

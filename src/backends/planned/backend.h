@@ -33,7 +33,7 @@ class PlannedBackend final : public AttentionBackend {
   const planned::DecodePlanStats& decode_stats(int variant = 0) const { return stats_[variant]; }
   const planned::PlanShape& plan_shape() const { return shape_; }
   int num_variants() const { return static_cast<int>(windows_.size()); }
-  // Plans in a row derived from the last full one (0: the last plan was a full one).
+  // Decode steps in a row that kept the last full plan (0: the last plan was a full one).
   int plan_steps() const { return last_.steps; }
 
  protected:
@@ -54,7 +54,8 @@ class PlannedBackend final : public AttentionBackend {
   // requests, each one position longer, and steps left before the balance drifts too far.
   bool is_next_step(const ForwardBatch& batch, const planned::PlanArena& arena, const planned::PlanCapacity& need) const;
 
-  // The last plan, as the next decode step's plan reads it (step_decode_plan).
+  // The last plan, which the next decode step may keep (step_decode_plan says what the kernel
+  // then reads).
   struct LastPlan {
     const planned::PlanArena* arena = nullptr;  // null: none to derive from
     uint64_t generation = 0;

@@ -70,11 +70,13 @@ std::byte* PlanArena::begin_write() {
   return static_cast<std::byte*>(staging_[current_]);
 }
 
-void PlanArena::upload(size_t bytes, cudaStream_t stream) {
-  ATTNKIT_CHECK(bytes <= layout_.total_bytes, "planned plan: upload of ", bytes, " bytes exceeds the buffer (",
-                layout_.total_bytes, ")");
-  if (bytes == 0) return;
-  ATTNKIT_CUDA_CHECK(cudaMemcpyAsync(device_, staging_[current_], bytes, cudaMemcpyHostToDevice, stream));
+void PlanArena::upload(size_t begin, size_t end, cudaStream_t stream) {
+  ATTNKIT_CHECK(begin <= end && end <= layout_.total_bytes, "planned plan: upload of bytes [", begin, ", ", end,
+                ") exceeds the buffer (", layout_.total_bytes, ")");
+  if (begin == end) return;
+  ATTNKIT_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(device_) + begin,
+                                     static_cast<const std::byte*>(staging_[current_]) + begin, end - begin,
+                                     cudaMemcpyHostToDevice, stream));
   ATTNKIT_CUDA_CHECK(cudaEventRecord(uploaded_[current_], stream));
   pending_[current_] = true;
 }

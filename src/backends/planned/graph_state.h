@@ -33,12 +33,9 @@ class PlanArena {
   // The staging buffer not used by the previous plan, once the upload out of it (two plans back)
   // has finished: planning never waits for the previous plan's copy.
   std::byte* begin_write();
-  // One host-to-device copy of [0, bytes) of the buffer begin_write gave, ordered on `stream`.
-  void upload(size_t bytes, cudaStream_t stream);
-  // After begin_write: the other staging buffer, which holds the previous plan written here (its
-  // upload may still be reading it: read only), unless the arena was allocated since (generation).
-  const std::byte* previous() const { return static_cast<const std::byte*>(staging_[current_ ^ 1]); }
-  // Counts allocations: a plan written at another generation is not in this layout.
+  // One host-to-device copy of [begin, end) of the buffer begin_write gave, ordered on `stream`.
+  void upload(size_t begin, size_t end, cudaStream_t stream);
+  // Counts allocations: the device buffer holds a plan uploaded at this generation only.
   uint64_t generation() const { return generation_; }
 
   const PlanLayout& layout() const { return layout_; }

@@ -70,6 +70,13 @@ PlanLayout make_layout(const PlanCapacity& c, const PlanShape& shape, int num_va
     off = (off + bytes + 15) / 16 * 16;  // 16-byte aligned: items are read as int4
     return at;
   };
+  for (int v = 0; v < num_variants; ++v) {
+    l.cta_item_indptr[v] = section((static_cast<size_t>(shape.num_ctas) + 1) * 4);
+    l.num_merges[v] = section(4);
+    l.merges[v] = section(static_cast<size_t>(max_decode_merges(shape)) * sizeof(DecodeMergeItem));
+    l.decode_items[v] = section(static_cast<size_t>(c.decode_items) * sizeof(DecodeWorkItem));
+  }
+  l.prefill_items = section(static_cast<size_t>(c.prefill_items) * sizeof(PrefillWorkItem));
   const size_t b = static_cast<size_t>(c.batch_size);
   l.qo_indptr = section((b + 1) * 4);
   l.kv_page_indptr = section((b + 1) * 4);
@@ -78,13 +85,6 @@ PlanLayout make_layout(const PlanCapacity& c, const PlanShape& shape, int num_va
   l.out_cache_loc = section(static_cast<size_t>(c.num_tokens) * 8);
   l.custom_mask_indptr = section(c.mask_bytes > 0 ? (b + 1) * 8 : 0);
   l.custom_mask = section(static_cast<size_t>(c.mask_bytes));
-  l.prefill_items = section(static_cast<size_t>(c.prefill_items) * sizeof(PrefillWorkItem));
-  for (int v = 0; v < num_variants; ++v) {
-    l.cta_item_indptr[v] = section((static_cast<size_t>(shape.num_ctas) + 1) * 4);
-    l.num_merges[v] = section(4);
-    l.merges[v] = section(static_cast<size_t>(max_decode_merges(shape)) * sizeof(DecodeMergeItem));
-    l.decode_items[v] = section(static_cast<size_t>(c.decode_items) * sizeof(DecodeWorkItem));
-  }
   l.kv_page_indices = section(static_cast<size_t>(c.num_pages) * 4);
   l.total_bytes = off;
   return l;

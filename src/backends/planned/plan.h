@@ -77,17 +77,18 @@ inline int decode_kv_begin(int kv_len, int window_left) {
 // unit is split only where a CTA's share ends. Throws attnkit::Error when `out` is too small.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out);
 
-// The next decode step's plan, from the last one: `prev` was planned (by plan_decode, or by this)
-// for a decode batch without a window whose requests are each one position shorter than `batch`'s,
-// which the caller has checked. The chunks and merges stay; the chunk of each unit that holds the
-// new key grows by one position, and every item takes its request's page-table offset from
-// `batch` (a request that gained a page moves the ones after it). `out` must hold prev's items and
-// merges (the same layout). A plan's time without the scheduler's cutting: its balance drifts by
-// one position a step for each unit whose end a CTA holds (max_steps_between_plans bounds it).
+// The plan the decode kernel reads for the next decode step when the backend keeps the last one:
+// `prev` was planned for a decode batch without a window whose requests are each one position
+// shorter than `batch`'s. The chunks and merges stay; the chunk of each unit that holds the new key
+// grows by one position, and every item's page-table offset is `batch`'s (a request that gained a
+// page moves the ones after it). The kernel derives both from the batch's arrays as it loads an
+// item (decode_copy.cuh's load_item), so the backend uploads no plan for such a step; this writes
+// the same plan out on the host, for the tests that check it. Its balance drifts by one position a
+// step for each unit whose end a CTA holds (max_steps_between_plans bounds it).
 DecodePlanStats step_decode_plan(const ForwardBatch& batch, const PlanShape& shape, const DecodePlanView& prev,
                                  const DecodePlanStats& prev_stats, DecodePlanView out);
-// How many plans in a row step_decode_plan may make after a plan_decode: the most units a CTA holds
-// times the steps stays within 1% of the mean CTA's load (at most 32).
+// How many decode steps in a row may keep a plan_decode's plan: the most units a CTA holds times
+// the steps stays within 1% of the mean CTA's load (at most 32).
 int max_steps_between_plans(const PlanShape& shape, const DecodePlanView& plan, const DecodePlanStats& stats);
 
 // The extend kernel's work: every q tile of every request with two or more new tokens, unsplit,
@@ -106,8 +107,9 @@ struct PlanCapacity {
   bool fits(const PlanCapacity& need) const;
 };
 
-// Byte offsets of each section in the upload buffer. Small sections come first and the page
-// table last, so one copy of [0, used_bytes(num_pages)) carries a plan.
+// Byte offsets of each section in the upload buffer: the plan's own sections first, then the
+// batch's arrays from qo_indptr on, the page table last. One copy of [0, used_bytes(num_pages))
+// carries a plan; a plan derived for the next decode step copies only [qo_indptr, used_bytes).
 struct PlanLayout {
   static constexpr int kMaxVariants = 4;  // distinct window_left values among the model's layers
   size_t qo_indptr = 0, kv_page_indptr = 0, kv_last_page_len = 0, prefix_lens = 0;

@@ -64,6 +64,10 @@ struct DecodeParams {
   void* k_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
   void* v_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
   const int32_t* kv_page_indices;     // [num_pages in the batch], never null
+  // The batch's [batch_size + 1] and [batch_size]: an item's page-table offset, and the end of the
+  // chunk that holds a request's new key, are read from these (see load_item), never null.
+  const int32_t* kv_page_indptr;
+  const int32_t* kv_last_page_len;
   const uint8_t* custom_mask;         // [custom_mask_indptr[batch_size]] or null
   const int64_t* custom_mask_indptr;  // [batch_size + 1] or null (null: no request has a mask)
   const float* sinks;                 // [num_qo_heads] natural-log logits, or null

@@ -39,11 +39,20 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 
 // ---- work items ----
 
-__device__ __forceinline__ DecodeWorkItem load_item(const DecodeWorkItem* g_items, int idx) {
-  const int4* src = reinterpret_cast<const int4*>(g_items + idx);
+// Item idx of the plan, with its request's page-table offset and (for the chunk that holds the
+// step's new key) its end taken from this batch's arrays, not from the plan: a plan derived for the
+// next decode step (each history one longer) is the last one's items unchanged.
+__device__ __forceinline__ DecodeWorkItem load_item(const DecodeParams& p, int idx) {
+  const int4* src = reinterpret_cast<const int4*>(p.items + idx);
   const int4 a = __ldg(src), b = __ldg(src + 1);
   const int2 c = __ldg(reinterpret_cast<const int2*>(src + 2));
-  return {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, {0, 0}};
+  DecodeWorkItem it{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, {0, 0}};
+  it.page_begin = __ldg(p.kv_page_indptr + it.request_idx);
+  if (it.owns_new_key != 0) {
+    const int pages = __ldg(p.kv_page_indptr + it.request_idx + 1) - it.page_begin;
+    it.kv_end = (pages - 1) * p.page_size + __ldg(p.kv_last_page_len + it.request_idx);
+  }
+  return it;
 }
 
 __device__ __forceinline__ int num_tiles(const DecodeWorkItem& it) {

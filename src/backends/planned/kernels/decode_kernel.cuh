@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   // of the warp's stream uses stage n % kS; issue_half copies one half of the next tile without
   // moving on, advance moves on.
   int p_item = item_begin, p_tile = 0;
-  DecodeWorkItem p_it = dd::load_item(p.items, item_begin);
+  DecodeWorkItem p_it = dd::load_item(p, item_begin);
   int p_tiles = dd::num_tiles(p_it);
   int r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);  // entry of the next tile's row
   auto issue_half = [&](int stage, int half) {
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     if (++p_tile == p_tiles) {
       p_tile = 0;
       if (++p_item < item_end) {
-        p_it = dd::load_item(p.items, p_item);
+        p_it = dd::load_item(p, p_item);
         p_tiles = dd::num_tiles(p_it);
       }
     }
@@ -140,12 +140,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   }
   // The first item's query rows load while the first tiles are in flight (before them, their
   // round trip delayed the first copies by as much).
-  dd::stage_q<C>(p, dd::load_item(p.items, item_begin), group, smem + C::kQOffset);
+  dd::stage_q<C>(p, dd::load_item(p, item_begin), group, smem + C::kQOffset);
   __syncthreads();
 
   // Consumer state: this warp's online softmax over its keys of the current item.
   int c_item = item_begin, c_tile = 0;
-  DecodeWorkItem c_it = p_item == item_begin ? p_it : dd::load_item(p.items, item_begin);
+  DecodeWorkItem c_it = p_item == item_begin ? p_it : dd::load_item(p, item_begin);
   int c_tiles = dd::num_tiles(c_it);
   auto item_mask = [&](const DecodeWorkItem& it) -> const uint8_t* {
     if (p.custom_mask_indptr == nullptr) return nullptr;
@@ -373,12 +373,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     }
     // Every warp is past its last Q K^T of this item (the barriers above): the next item's rows.
     if (c_item + 1 < item_end) {
-      dd::stage_q<C>(p, dd::load_item(p.items, c_item + 1), group, smem + C::kQOffset);
+      dd::stage_q<C>(p, dd::load_item(p, c_item + 1), group, smem + C::kQOffset);
       __syncthreads();  // the rows are in place before any warp's first Q K^T of that item
     }
     c_tile = 0;
     if (++c_item < item_end) {
-      c_it = dd::load_item(p.items, c_item);
+      c_it = dd::load_item(p, c_item);
       c_tiles = dd::num_tiles(c_it);
       c_mask = item_mask(c_it);
     }
