@@ -112,6 +112,7 @@ class AttentionBackend {
 
   BackendContext context_;
   const ForwardBatch* batch_ = nullptr;
+  bool layers_checked_ = false;  // every layer's spec passed why_unsupported once
   mutable std::unique_ptr<Capabilities> caps_;
 };
 

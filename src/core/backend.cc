@@ -1,6 +1,8 @@
 // AttentionBackend's public entry points: validate once, then hand over to the backend.
 #include "attnkit/backend.h"
 
+#include <algorithm>
+
 namespace attnkit {
 
 AttentionBackend::AttentionBackend(const BackendContext& context) : context_(context) {
@@ -33,10 +35,15 @@ void AttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
   } else {
     batch.validate(cache_config);
   }
-  for (int l = 0; l < model().num_layers(); ++l) {
+  // Every layer's spec against the capabilities and the cache is checked in full until it has
+  // passed once (none of them changes); after that only what a batch adds (its mode, its masks),
+  // which does not depend on the layer: one layer's check instead of one a layer.
+  const int layers = layers_checked_ ? std::min(1, model().num_layers()) : model().num_layers();
+  for (int l = 0; l < layers; ++l) {
     const std::string why = why_unsupported(caps(), model().layer(l), cache_config, &batch);
     ATTNKIT_CHECK(why.empty(), name(), ": ", why, " (layer ", l, ")");
   }
+  layers_checked_ = true;
   batch_ = nullptr;  // a failed plan leaves no stale batch behind
   plan(batch);
   batch_ = &batch;

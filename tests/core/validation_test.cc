@@ -131,6 +131,9 @@ TEST_F(BoundaryTest, MissingFeatureIsRefusedBeforeWork) {
   ForwardBatch decode = build_batch(cache, {{.id = -1, .prefix_len = 2, .num_new_tokens = 1, .custom_mask = {}}});
   LimitedBackend plain({&model, &cache});
   expect_error([&] { plain.init_forward_metadata(decode); }, "limited: decode batches are not supported (layer 0)");
+  // After a batch it runs, the layers are not checked again, but what a batch adds still is.
+  plain.init_forward_metadata(batch);
+  expect_error([&] { plain.init_forward_metadata(decode); }, "limited: decode batches are not supported (layer 0)");
 }
 
 }  // namespace
