@@ -64,8 +64,15 @@ KvCacheConfig cache_config(const CheckCase& c, Device device) {
   return cfg;
 }
 
-// Writes random prefix K/V of every request into every layer of `cache`, the same values whatever
-// the device (drawn from `seed`), through the cache's own store.
+Staged widen(const Staged& src) {
+  const TensorView h = src.host();
+  Staged out(Device::cpu, DType::f32, {h.dim(0), h.dim(1), h.dim(2)});
+  for (int64_t e = 0; e < h.numel(); ++e) static_cast<float*>(out.host_data())[e] = load_as_float(h.data, h.dtype, e);
+  return out;
+}
+
+}  // namespace
+
 void fill_prefix(KvCache& cache, const ForwardBatch& batch, const AttentionSpec& spec, uint64_t seed) {
   const KvCacheConfig& cfg = cache.config();
   std::vector<int64_t> slots;
@@ -92,15 +99,6 @@ void fill_prefix(KvCache& cache, const ForwardBatch& batch, const AttentionSpec&
   }
   synchronize(cfg.device);
 }
-
-Staged widen(const Staged& src) {
-  const TensorView h = src.host();
-  Staged out(Device::cpu, DType::f32, {h.dim(0), h.dim(1), h.dim(2)});
-  for (int64_t e = 0; e < h.numel(); ++e) static_cast<float*>(out.host_data())[e] = load_as_float(h.data, h.dtype, e);
-  return out;
-}
-
-}  // namespace
 
 CheckResult run_check(const std::string& backend, const CheckCase& c) {
   CheckResult result;

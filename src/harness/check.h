@@ -42,6 +42,10 @@ struct CheckResult {
 // type on the path (see check.cc for the derivation).
 double default_tolerance(DType q_dtype, DType kv_dtype);
 
+// Writes random prefix K/V (drawn from `seed`, the same values whatever the device) of every
+// request of `batch` into every layer of `cache`, through the cache's own store.
+void fill_prefix(KvCache& cache, const ForwardBatch& batch, const AttentionSpec& spec, uint64_t seed);
+
 // Runs `backend` (a registry name) and `reference` on the same fresh inputs; never throws for a
 // mismatch (a failed result), but rethrows unexpected errors from the backend.
 CheckResult run_check(const std::string& backend, const CheckCase& c);

@@ -30,17 +30,6 @@ void expect_passes(const harness::CheckCase& c) {
 
 AttentionSpec heads(int q, int kv, int dim) { return AttentionSpec::dense(q, kv, dim); }
 
-// A bf16 cache of pages of 16 on the host: `layers` layers of `kv_heads` heads of `dim`.
-KvCacheConfig cache_config(int layers, int pages, int kv_heads, int dim) {
-  KvCacheConfig c;
-  c.num_layers = layers;
-  c.num_pages = pages;
-  c.page_size = 16;
-  c.num_kv_heads = kv_heads;
-  c.head_dim_k = c.head_dim_v = dim;
-  return c;
-}
-
 harness::CheckCase decode_case(std::string label, AttentionSpec spec, std::vector<int64_t> kv_lens, int page = 16) {
   harness::CheckCase c;
   c.label = std::move(label);
@@ -234,7 +223,8 @@ TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
   model.layers[0].window_left = 40;
   model.layers[2].window_left = 700;
   model.layers[2].sinks.clear();
-  const KvCacheConfig cfg = cache_config(3, 200, 2, 64);
+  KvCacheConfig cfg = KvCacheConfig::for_spec(spec, /*num_layers=*/3);
+  cfg.num_pages = 200;
   KvCacheConfig dev_cfg = cfg;
   dev_cfg.device = Device::cuda;
   KvCache dev_cache(dev_cfg), ref_cache(cfg);
@@ -302,7 +292,8 @@ TEST(PlannedDecodeRefusals, PageOutOfRangeIsRefusedAtPlan) {
   ModelSpec model;
   model.name = "one layer";
   model.layers = {heads(8, 2, 128)};
-  KvCacheConfig cfg = cache_config(1, 40, 2, 128);
+  KvCacheConfig cfg = KvCacheConfig::for_spec(model.layers[0]);
+  cfg.num_pages = 40;
   cfg.device = Device::cuda;
   KvCache cache(cfg);
   const ForwardBatch good =

@@ -287,6 +287,27 @@ TEST(PlannedPlan, RandomBatchesShapesAndWindows) {
   }
 }
 
+// The plan the decode kernel reads for the next decode step when the backend keeps the last one
+// (decode_copy.cuh's load_item): prev's items with each unit's new-key chunk one position longer
+// and every page-table offset the longer batch's; the same CTA lists and merges.
+Planned next_step_plan(const Planned& prev, const ForwardBatch& b, const PlanShape& s) {
+  Planned next = prev;
+  next.view = decode_view(next.layout, next.cap, s, 0, next.staging.data());
+  next.stats.total_cost = next.stats.max_cta_cost = 0;
+  for (int c = 0; c < s.num_ctas; ++c) {
+    int64_t load = 0;
+    for (int i = next.view.cta_item_indptr[c]; i < next.view.cta_item_indptr[c + 1]; ++i) {
+      DecodeWorkItem& it = next.view.items[i];
+      it.kv_end += it.owns_new_key;
+      it.page_begin = b.kv_page_indptr[it.request_idx];
+      load += it.kv_end - it.kv_begin + kItemCost;
+    }
+    next.stats.total_cost += load;
+    next.stats.max_cta_cost = std::max(next.stats.max_cta_cost, load);
+  }
+  return next;
+}
+
 // The next decode steps' plans, derived from a full one: every invariant of a full plan holds for
 // the longer batch, the chunks stay where they were but for each unit's last one (one position
 // longer), and page-table offsets follow requests that gained a page.
@@ -307,10 +328,7 @@ TEST(PlannedPlan, StepPlansFollowTheLongerBatch) {
     for (int step = 1; step <= 5; ++step) {
       for (auto& r : reqs) ++r.first;
       const ForwardBatch b = make_batch(reqs, page);
-      Planned next = prev;  // the same layout and capacity, other bytes
-      std::fill(next.staging.begin(), next.staging.end(), std::byte{0xa5});
-      next.view = decode_view(next.layout, next.cap, s, 0, next.staging.data());
-      next.stats = step_decode_plan(b, s, prev.view, prev.stats, next.view);
+      Planned next = next_step_plan(prev, b, s);
       check_plan(b, s, -1, next);
       ASSERT_EQ(next.stats.num_items, prev.stats.num_items);
       for (int c = 0; c <= s.num_ctas; ++c) ASSERT_EQ(next.view.cta_item_indptr[c], prev.view.cta_item_indptr[c]);

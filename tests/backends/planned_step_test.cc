@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include "attnkit/registry.h"
 #include "backends/planned/backend.h"
+#include "harness/check.h"
 #include "harness/device_copy.h"
 
 namespace attnkit {
@@ -16,14 +16,11 @@ namespace {
 
 constexpr int kRequests = 64;
 
-// bf16 values of t as floats.
+// The values of t, downloaded, as floats.
 std::vector<float> download(harness::Staged& t) {
   t.download();
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint32_t bits = uint32_t{static_cast<const uint16_t*>(t.host_data())[i]} << 16;
-    std::memcpy(&out[i], &bits, 4);
-  }
+  for (size_t i = 0; i < out.size(); ++i) out[i] = load_as_float(t.host_data(), t.host().dtype, static_cast<int64_t>(i));
   return out;
 }
 
@@ -35,8 +32,7 @@ TEST(PlannedSteps, DerivedPlansMatchFullPlansStepAfterStep) {
   model.name = "steps";
   model.layers = {spec};
   KvCacheConfig cfg = KvCacheConfig::for_spec(spec, /*num_layers=*/1);
-  cfg.page_size = 16;
-  cfg.num_pages = kRequests * 200;
+  cfg.num_pages = kRequests * 200;  // pages of 16, the default
   cfg.device = Device::cuda;
   KvCache cache(cfg);
   cache.allocator().shuffle(9);
@@ -48,22 +44,7 @@ TEST(PlannedSteps, DerivedPlansMatchFullPlansStepAfterStep) {
     steps.push_back({.id = -1, .prefix_len = std::uniform_int_distribution<int64_t>(1000, 3000)(rng), .num_new_tokens = 1, .custom_mask = {}});
   }
   ForwardBatch batch = build_batch(cache, steps);
-  {
-    std::vector<int64_t> slots;
-    for (int i = 0; i < batch.batch_size(); ++i) {
-      for (int64_t t = 0; t < batch.prefix_lens[i]; ++t) slots.push_back(batch.slot(i, t));
-    }
-    const auto n = static_cast<int64_t>(slots.size());
-    harness::Staged loc(Device::cuda, DType::i64, {n});
-    std::memcpy(loc.host_data(), slots.data(), slots.size() * sizeof(int64_t));
-    harness::Staged k(Device::cuda, DType::f32, {n, 8, 128}), v(Device::cuda, DType::f32, {n, 8, 128});
-    harness::fill_uniform(k.host(), 1, -1.0f, 1.0f);
-    harness::fill_uniform(v.host(), 2, -1.0f, 1.0f);
-    loc.upload();
-    k.upload();
-    v.upload();
-    cache.store(0, k.dev(), v.dev(), loc.dev());
-  }
+  harness::fill_prefix(cache, batch, spec, 1);
 
   auto stepped = create_backend("planned", {&model, &cache});
   auto& planned = static_cast<PlannedBackend&>(*stepped);

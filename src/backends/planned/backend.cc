@@ -115,7 +115,7 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   }
   // The next decode step of the last plan keeps that plan on the device: the kernel takes the
   // moving parts (page offsets, the new key's chunk end) from the batch's arrays. Only they go up.
-  const bool step = is_next_step(batch, *arena, need);
+  const bool step = is_next_step(batch, *arena);
   last_.arena = nullptr;  // a plan that fails half-way is no base for the next one
   std::byte* staging = arena->begin_write();
   const planned::PlanLayout& layout = arena->layout();
@@ -145,23 +145,24 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
     ++last_.steps;
   } else {
     last_.steps = 0;
-    last_.max_steps = can_step(batch, need) ? planned::max_steps_between_plans(
-                                                  shape_, planned::decode_view(layout, arena->capacity(), shape_, 0, staging), stats_[0])
-                                            : 0;
+    last_.max_steps = 0;
+    if (can_step(batch)) {
+      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, 0, staging);
+      last_.max_steps = planned::max_steps_between_plans(shape_, view, stats_[0]);
+    }
   }
   last_.arena = arena;
   last_.generation = arena->generation();
 }
 
-bool PlannedBackend::can_step(const ForwardBatch& batch, const planned::PlanCapacity& need) const {
-  return batch.mode == ForwardMode::decode && batch.custom_mask.empty() && need.prefill_items == 0 &&
-         num_variants() == 1 && windows_[0] < 0;
+bool PlannedBackend::can_step(const ForwardBatch& batch) const {
+  // A decode batch has no extend items to plan: one new token a request.
+  return batch.mode == ForwardMode::decode && batch.custom_mask.empty() && num_variants() == 1 && windows_[0] < 0;
 }
 
-bool PlannedBackend::is_next_step(const ForwardBatch& batch, const planned::PlanArena& arena,
-                                  const planned::PlanCapacity& need) const {
+bool PlannedBackend::is_next_step(const ForwardBatch& batch, const planned::PlanArena& arena) const {
   if (last_.arena != &arena || last_.generation != arena.generation() || last_.steps >= last_.max_steps ||
-      !can_step(batch, need) || static_cast<size_t>(batch.batch_size()) != last_.kv_lens.size()) {
+      !can_step(batch) || static_cast<size_t>(batch.batch_size()) != last_.kv_lens.size()) {
     return false;
   }
   for (int i = 0; i < batch.batch_size(); ++i) {

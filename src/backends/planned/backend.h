@@ -47,15 +47,15 @@ class PlannedBackend final : public AttentionBackend {
   }
 
  private:
-  // A decode batch without custom masks or extend requests, and a model without windows: what a
-  // plan must be for the next one to be derived from it.
-  bool can_step(const ForwardBatch& batch, const planned::PlanCapacity& need) const;
+  // A decode batch without custom masks, and a model without windows: what a plan must be for the
+  // next decode steps to keep it.
+  bool can_step(const ForwardBatch& batch) const;
   // Whether `batch` is the next decode step of the last plan, written into `arena`: the same
   // requests, each one position longer, and steps left before the balance drifts too far.
-  bool is_next_step(const ForwardBatch& batch, const planned::PlanArena& arena, const planned::PlanCapacity& need) const;
+  bool is_next_step(const ForwardBatch& batch, const planned::PlanArena& arena) const;
 
-  // The last plan, which the next decode step may keep (step_decode_plan says what the kernel
-  // then reads).
+  // The last plan, which the next decode step may keep (max_steps_between_plans says what the
+  // kernel then reads).
   struct LastPlan {
     const planned::PlanArena* arena = nullptr;  // null: none to derive from
     uint64_t generation = 0;

@@ -77,18 +77,12 @@ inline int decode_kv_begin(int kv_len, int window_left) {
 // unit is split only where a CTA's share ends. Throws attnkit::Error when `out` is too small.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out);
 
-// The plan the decode kernel reads for the next decode step when the backend keeps the last one:
-// `prev` was planned for a decode batch without a window whose requests are each one position
-// shorter than `batch`'s. The chunks and merges stay; the chunk of each unit that holds the new key
-// grows by one position, and every item's page-table offset is `batch`'s (a request that gained a
-// page moves the ones after it). The kernel derives both from the batch's arrays as it loads an
-// item (decode_copy.cuh's load_item), so the backend uploads no plan for such a step; this writes
-// the same plan out on the host, for the tests that check it. Its balance drifts by one position a
-// step for each unit whose end a CTA holds (max_steps_between_plans bounds it).
-DecodePlanStats step_decode_plan(const ForwardBatch& batch, const PlanShape& shape, const DecodePlanView& prev,
-                                 const DecodePlanStats& prev_stats, DecodePlanView out);
-// How many decode steps in a row may keep a plan_decode's plan: the most units a CTA holds times
-// the steps stays within 1% of the mean CTA's load (at most 32).
+// How many decode steps in a row may keep a plan_decode's plan. For the next step (a decode batch
+// without a window whose every history is one position longer) the decode kernel reads the same
+// items, taking each unit's new-key chunk end and every page-table offset from the batch's arrays
+// (decode_copy.cuh's load_item); each step adds one position to every unit whose end a CTA holds.
+// The bound: the most units a CTA holds times the steps stays within 1% of the mean CTA's load (at
+// most 32).
 int max_steps_between_plans(const PlanShape& shape, const DecodePlanView& plan, const DecodePlanStats& stats);
 
 // The extend kernel's work: every q tile of every request with two or more new tokens, unsplit,

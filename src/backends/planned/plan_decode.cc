@@ -3,7 +3,6 @@
 #include "backends/planned/plan.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -293,42 +292,6 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   st.num_items = static_cast<int>(chunks.size);
   st.max_cta_cost = ctas.max_load;
   st.total_cost = ctas.assigned + ctas.load;
-  if (out.num_merges) *out.num_merges = st.num_merges;
-  return st;
-}
-
-DecodePlanStats step_decode_plan(const ForwardBatch& batch, const PlanShape& shape, const DecodePlanView& prev,
-                                 const DecodePlanStats& prev_stats, DecodePlanView out) {
-  const int num_ctas = shape.num_ctas;
-  ATTNKIT_CHECK(out.items.size() >= static_cast<size_t>(prev_stats.num_items) &&
-                    out.merges.size() >= static_cast<size_t>(prev_stats.num_merges) &&
-                    out.cta_item_indptr.size() >= static_cast<size_t>(num_ctas) + 1,
-                "planned plan: the next step's plan does not fit where the last one did");
-  DecodePlanStats st = prev_stats;
-  st.total_cost = 0;
-  st.max_cta_cost = 0;
-  const int32_t* kv_page_indptr = batch.kv_page_indptr.data();
-  const int32_t* qo_indptr = batch.qo_indptr.data();
-  const DecodeWorkItem* src = prev.items.data();
-  DecodeWorkItem* dst = out.items.data();
-  for (int c = 0; c < num_ctas; ++c) {
-    const int begin = prev.cta_item_indptr[static_cast<size_t>(c)], end = prev.cta_item_indptr[static_cast<size_t>(c) + 1];
-    out.cta_item_indptr[static_cast<size_t>(c)] = begin;
-    int64_t load = 0;
-    for (int i = begin; i < end; ++i) {
-      std::memcpy(dst + i, src + i, sizeof(DecodeWorkItem));  // whole, then the three fields that move
-      const int r = src[i].request_idx;
-      dst[i].kv_end = src[i].kv_end + src[i].owns_new_key;
-      dst[i].page_begin = kv_page_indptr[r];
-      dst[i].token_idx = qo_indptr[r];
-      load += dst[i].kv_end - src[i].kv_begin;
-    }
-    load += int64_t{end - begin} * kItemCost;
-    st.total_cost += load;
-    st.max_cta_cost = std::max(st.max_cta_cost, load);
-  }
-  out.cta_item_indptr[static_cast<size_t>(num_ctas)] = prev.cta_item_indptr[static_cast<size_t>(num_ctas)];
-  std::copy_n(prev.merges.data(), prev_stats.num_merges, out.merges.data());
   if (out.num_merges) *out.num_merges = st.num_merges;
   return st;
 }
