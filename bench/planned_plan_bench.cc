@@ -45,13 +45,15 @@ ForwardBatch make_batch(int n, int max_len, Lengths lengths, uint64_t seed) {
   return b;
 }
 
+// What the backend plans on the H200 (132 SMs, 3 decode CTAs each at head_dim 128) for llama3-8b
+// heads: one share of the KV heads (plan_head_reps: 4 shares of 2 KV heads on 99 CTAs).
 PlanShape llama3_8b_shape() {
-  PlanShape s;
-  s.num_qo_heads = 32;
-  s.num_kv_heads = 8;
-  s.head_dim = 128;
-  s.num_ctas = 132 * 3;  // H200: 132 SMs, 3 decode CTAs each at head_dim 128
-  return s;
+  PlanShape grid;
+  grid.num_qo_heads = 32;
+  grid.num_kv_heads = 8;
+  grid.head_dim = 128;
+  grid.num_ctas = 132 * 3;
+  return share_shape(grid, plan_head_reps(grid));
 }
 
 // The batch a benchmark's arguments name: (requests, kv_len or its maximum, Lengths).

@@ -265,6 +265,34 @@ TEST(PlannedPlan, BenchmarkShapesBalanceWithinFourPercent) {
   }
 }
 
+// The grid runs one share's plan over every share of the KV heads: the share is the largest that
+// divides both the heads and the CTAs, and its plan balances the benchmark shapes as well.
+TEST(PlannedPlan, ShareOfTheKvHeadsDividesHeadsAndCtas) {
+  EXPECT_EQ(plan_head_reps(shape(32, 8, 396)), 4);
+  EXPECT_EQ(plan_head_reps(shape(32, 8, 264)), 8);
+  EXPECT_EQ(plan_head_reps(shape(32, 1, 396)), 1);
+  EXPECT_EQ(plan_head_reps(shape(64, 32, 132)), 4);
+  const PlanShape share = share_shape(shape(32, 8, 396), 4);
+  EXPECT_EQ(share.num_qo_heads, 8);
+  EXPECT_EQ(share.num_kv_heads, 2);
+  EXPECT_EQ(share.num_ctas, 99);
+  EXPECT_EQ(share.group_size(), 4);
+  EXPECT_EQ(share.head_dim, 128);
+  try {
+    share_shape(shape(32, 8, 396), 8);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "planned plan: 8 shares must divide num_kv_heads (8) and num_ctas (396)");
+  }
+  for (const auto& reqs : {std::vector<std::pair<int, int>>{{32768, 1}}, std::vector<std::pair<int, int>>(128, {8192, 1}),
+                           std::vector<std::pair<int, int>>(16, {8192, 1})}) {
+    const ForwardBatch b = make_batch(reqs, 16);
+    const Planned p = run_plan(b, share, -1);
+    check_plan(b, share, -1, p);
+    EXPECT_LE(static_cast<double>(p.stats.max_cta_cost) * share.num_ctas, 1.04 * static_cast<double>(p.stats.total_cost));
+  }
+}
+
 TEST(PlannedPlan, RandomBatchesShapesAndWindows) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 40; ++trial) {

@@ -56,6 +56,8 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
     ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(shape_.head_dim, likely_q, c.dtype));
   }
   shape_.num_ctas = cuda::device_info().num_sms * ctas_per_sm;
+  head_reps_ = planned::plan_head_reps(shape_);
+  plan_shape_ = planned::share_shape(shape_, head_reps_);
 
   // Layers differ at most in window, sinks, soft-cap and scale: one plan variant per window.
   std::vector<float> sinks(static_cast<size_t>(model().num_layers()) * shape_.num_qo_heads, 0.0f);
@@ -79,10 +81,11 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
   sinks_ = Buffer(Device::cuda, std::max<size_t>(sinks.size() * sizeof(float), 16));
   if (!sinks.empty()) sinks_.copy_from_host(sinks.data(), sinks.size() * sizeof(float));
   // Fixed-size split-KV partials: the bound holds for any batch, so graphs never see them move.
-  const size_t rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;
+  const size_t rows = static_cast<size_t>(head_reps_) * planned::max_decode_partials(plan_shape_) * planned::kDecodeRows;
   partials_ = Buffer(Device::cuda, std::max<size_t>(rows * (static_cast<size_t>(shape_.head_dim) + 1) * 4, 16));
   // The joins' counters start at zero; each joining CTA puts its own back to zero.
-  merge_counters_ = Buffer(Device::cuda, std::max<size_t>(planned::max_decode_merges(shape_) * sizeof(int32_t), 16));
+  const size_t counters = static_cast<size_t>(head_reps_) * planned::max_decode_merges(plan_shape_);
+  merge_counters_ = Buffer(Device::cuda, std::max<size_t>(counters * sizeof(int32_t), 16));
   ATTNKIT_CUDA_CHECK(cudaMemset(merge_counters_.data(), 0, merge_counters_.nbytes()));
   timeline_ = planned::DecodeTimeline::from_environment(shape_.num_ctas);
 }
@@ -94,8 +97,8 @@ void PlannedBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages
   c.batch_size = max_batch_size;
   c.num_pages = max_num_pages;
   c.num_tokens = max_batch_size;  // decode: one token a request
-  c.decode_items = planned::max_decode_items(max_batch_size, shape_);
-  graph_.freeze(c, shape_, num_variants());
+  c.decode_items = planned::max_decode_items(max_batch_size, plan_shape_);
+  graph_.freeze(c, plan_shape_, num_variants());
 }
 
 void PlannedBackend::synchronize() { ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
@@ -105,13 +108,13 @@ size_t PlannedBackend::workspace_bytes() const {
 }
 
 void PlannedBackend::plan(const ForwardBatch& batch) {
-  const planned::PlanCapacity need = planned::capacity_for(batch, shape_);
+  const planned::PlanCapacity need = planned::capacity_for(batch, plan_shape_);
   planned::PlanArena* arena = &dynamic_;
   if (graph_.frozen() && batch.mode == ForwardMode::decode && batch.custom_mask.empty() &&
       graph_.capacity().fits(need)) {
     arena = &graph_;
   } else {
-    dynamic_.reserve(need, shape_, num_variants());
+    dynamic_.reserve(need, plan_shape_, num_variants());
   }
   // The next decode step of the last plan keeps that plan on the device: the kernel takes the
   // moving parts (page offsets, the new key's chunk end) from the batch's arrays. Only they go up.
@@ -123,14 +126,14 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   num_prefill_items_ = 0;
   if (!step) {
     for (int v = 0; v < num_variants(); ++v) {
-      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, v, staging);
-      stats_[v] = planned::plan_decode(batch, shape_, windows_[static_cast<size_t>(v)], view);
-      if (timeline_) timeline_->set_plan(v, view.cta_item_indptr, view.items);
+      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), plan_shape_, v, staging);
+      stats_[v] = planned::plan_decode(batch, plan_shape_, windows_[static_cast<size_t>(v)], view);
+      if (timeline_) timeline_->set_plan(v, view.cta_item_indptr, view.items, head_reps_);
     }
     if (need.prefill_items > 0) {
       auto* items = reinterpret_cast<planned::PrefillWorkItem*>(staging + layout.prefill_items);
       num_prefill_items_ =
-          planned::plan_prefill(batch, shape_, {items, static_cast<size_t>(arena->capacity().prefill_items)});
+          planned::plan_prefill(batch, plan_shape_, {items, static_cast<size_t>(arena->capacity().prefill_items)});
     }
   }
   arena->upload(step ? layout.qo_indptr : 0, layout.used_bytes(static_cast<int>(batch.kv_page_indices.size())),
@@ -147,8 +150,8 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
     last_.steps = 0;
     last_.max_steps = 0;
     if (can_step(batch)) {
-      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), shape_, 0, staging);
-      last_.max_steps = planned::max_steps_between_plans(shape_, view, stats_[0]);
+      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), plan_shape_, 0, staging);
+      last_.max_steps = planned::max_steps_between_plans(plan_shape_, view, stats_[0]);
     }
   }
   last_.arena = arena;
@@ -261,7 +264,10 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   }
   dec.cta_item_indptr = active_->device<int32_t>(l.cta_item_indptr[var]);
   dec.items = active_->device<planned::DecodeWorkItem>(l.decode_items[var]);
-  const size_t partial_rows = static_cast<size_t>(planned::max_decode_partials(shape_)) * planned::kDecodeRows;
+  dec.head_reps = head_reps_;
+  dec.rep_partials = planned::max_decode_partials(plan_shape_);
+  dec.rep_merges = planned::max_decode_merges(plan_shape_);
+  const size_t partial_rows = static_cast<size_t>(head_reps_) * dec.rep_partials * planned::kDecodeRows;
   dec.partial_o = static_cast<float*>(partials_.data());
   dec.partial_lse = dec.partial_o + partial_rows * static_cast<size_t>(shape_.head_dim);
   const bool merge = stats_[var].num_merges > 0 || graph;

@@ -31,7 +31,9 @@ class PlannedBackend final : public AttentionBackend {
 
   // The last plan, per window variant (tests and benchmarks).
   const planned::DecodePlanStats& decode_stats(int variant = 0) const { return stats_[variant]; }
-  const planned::PlanShape& plan_shape() const { return shape_; }
+  // What the scheduler plans: one share of the KV heads, which the grid runs head_reps() times over.
+  const planned::PlanShape& plan_shape() const { return plan_shape_; }
+  int head_reps() const { return head_reps_; }
   int num_variants() const { return static_cast<int>(windows_.size()); }
   // Decode steps in a row that kept the last full plan (0: the last plan was a full one).
   int plan_steps() const { return last_.steps; }
@@ -64,7 +66,9 @@ class PlannedBackend final : public AttentionBackend {
     int max_steps = 0;             // max_steps_between_plans of that full one
   };
 
-  planned::PlanShape shape_;
+  planned::PlanShape shape_;       // the model's heads and the whole decode grid
+  planned::PlanShape plan_shape_;  // one share of shape_'s KV heads and CTAs: what plans cover
+  int head_reps_ = 1;              // shares: shape_.num_ctas / plan_shape_.num_ctas
   std::vector<int> windows_;        // distinct window_left values; the plan has one variant each
   std::vector<int> layer_variant_;  // [num_layers] index into windows_
   std::vector<char> layer_sinks_;   // [num_layers] 1 where the layer has sinks
@@ -73,8 +77,9 @@ class PlannedBackend final : public AttentionBackend {
   planned::PlanArena* active_ = nullptr;
   planned::DecodePlanStats stats_[planned::PlanLayout::kMaxVariants];
   int num_prefill_items_ = 0;
-  Buffer merge_counters_;  // [max_merges] int32, zero between launches
-  Buffer partials_;  // partial_o [max_partials, kDecodeRows, head_dim] then partial_lse [max_partials, kDecodeRows]
+  Buffer merge_counters_;  // [head_reps, max_merges] int32, zero between launches
+  // partial_o [head_reps * max_partials, kDecodeRows, head_dim], then partial_lse [..., kDecodeRows]
+  Buffer partials_;
   Buffer sinks_;     // [num_layers, num_qo_heads] f32
   std::unique_ptr<planned::DecodeTimeline> timeline_;  // diagnostics; null unless asked for
   LastPlan last_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "attnkit/error.h"
@@ -53,6 +54,20 @@ int plan_prefill(const ForwardBatch& batch, const PlanShape& shape, std::span<Pr
     }
   }
   return static_cast<int>(count);
+}
+
+int plan_head_reps(const PlanShape& grid) {
+  return std::max(1, std::gcd(grid.num_kv_heads, grid.num_ctas));
+}
+
+PlanShape share_shape(const PlanShape& grid, int reps) {
+  ATTNKIT_CHECK(reps >= 1 && grid.num_kv_heads % reps == 0 && grid.num_ctas % reps == 0, "planned plan: ", reps,
+                " shares must divide num_kv_heads (", grid.num_kv_heads, ") and num_ctas (", grid.num_ctas, ")");
+  PlanShape s = grid;
+  s.num_kv_heads /= reps;
+  s.num_qo_heads /= reps;
+  s.num_ctas /= reps;
+  return s;
 }
 
 bool PlanCapacity::fits(const PlanCapacity& need) const {

@@ -20,13 +20,14 @@ DecodeTimeline::DecodeTimeline(std::string path, int num_ctas)
       records_(Device::cuda, static_cast<size_t>(num_ctas) * kTimelineSlots * sizeof(unsigned long long)) {}
 
 void DecodeTimeline::set_plan(int variant, std::span<const int32_t> cta_item_indptr,
-                              std::span<const DecodeWorkItem> items) {
+                              std::span<const DecodeWorkItem> items, int head_reps) {
   if (variants_.size() <= static_cast<size_t>(variant)) variants_.resize(static_cast<size_t>(variant) + 1);
   PerCta& v = variants_[static_cast<size_t>(variant)];
   v.items.assign(static_cast<size_t>(num_ctas_), 0);
   v.keys.assign(static_cast<size_t>(num_ctas_), 0);
   for (int c = 0; c < num_ctas_; ++c) {
-    const int begin = cta_item_indptr[static_cast<size_t>(c)], end = cta_item_indptr[static_cast<size_t>(c) + 1];
+    const size_t plan_cta = static_cast<size_t>(c / head_reps);  // the plan's CTA that CTA c runs
+    const int begin = cta_item_indptr[plan_cta], end = cta_item_indptr[plan_cta + 1];
     int keys = 0;
     for (int i = begin; i < end; ++i) keys += items[static_cast<size_t>(i)].kv_end - items[static_cast<size_t>(i)].kv_begin;
     v.items[static_cast<size_t>(c)] = end - begin;

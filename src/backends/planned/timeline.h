@@ -22,8 +22,10 @@ class DecodeTimeline {
   static std::unique_ptr<DecodeTimeline> from_environment(int num_ctas);
 
   // Plan variant `variant` (a window's) as planned: each CTA's items and KV positions, written beside
-  // its times when a launch of that variant is.
-  void set_plan(int variant, std::span<const int32_t> cta_item_indptr, std::span<const DecodeWorkItem> items);
+  // its times when a launch of that variant is. The plan covers one share of the KV heads: CTA c
+  // runs its CTA c / head_reps.
+  void set_plan(int variant, std::span<const int32_t> cta_item_indptr, std::span<const DecodeWorkItem> items,
+                int head_reps);
   // Zeroes the records (queued on `stream`) and returns them for the launch's DecodeParams.
   unsigned long long* begin(cudaStream_t stream);
   // Waits for the launch of plan variant `variant` just queued on `stream` and writes the file.

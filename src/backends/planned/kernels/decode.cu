@@ -103,6 +103,9 @@ void launch_decode(const DecodeParams& p, cudaStream_t stream) {
   ATTNKIT_CHECK(p.num_kv_heads > 0 && p.num_qo_heads % p.num_kv_heads == 0, "planned decode: num_qo_heads (",
                 p.num_qo_heads, ") must be a multiple of num_kv_heads (", p.num_kv_heads, ")");
   ATTNKIT_CHECK(p.page_size >= 1 && p.page_size <= 256, "planned decode: page_size must be in 1..256, got ", p.page_size);
+  ATTNKIT_CHECK(p.head_reps >= 1 && p.num_ctas % p.head_reps == 0 && p.num_kv_heads % p.head_reps == 0,
+                "planned decode: head_reps (", p.head_reps, ") must divide num_ctas (", p.num_ctas,
+                ") and num_kv_heads (", p.num_kv_heads, ")");
   if (p.num_ctas == 0) return;
   dispatch(p.head_dim, p.q_dtype, p.kv_dtype, [&](auto cfg) { launch<decltype(cfg)>(p, stream); });
 }

@@ -78,13 +78,21 @@ struct DecodeParams {
   const void* new_v = nullptr;
   const int64_t* out_cache_loc = nullptr;  // [num_tokens], with new_k
 
-  // The plan (device). Items of CTA c: [cta_item_indptr[c], cta_item_indptr[c + 1]).
-  const int32_t* cta_item_indptr;  // [num_ctas + 1], never null
-  const DecodeWorkItem* items;     // [cta_item_indptr[num_ctas]], never null
-  float* partial_o;    // [max_partials, kDecodeRows, head_dim] f32, normalised, v_scale applied; may be null
-  float* partial_lse;  // [max_partials, kDecodeRows] natural log, sinks excluded; may be null
+  // The plan (device), for num_kv_heads / head_reps KV heads on num_ctas / head_reps CTAs: every KV
+  // head of a request has the same history, so one share of the heads has the same plan as any
+  // other. CTA c runs the plan's CTA c / head_reps, whose items are
+  // [cta_item_indptr[c / head_reps], cta_item_indptr[c / head_reps + 1]), for share r = c % head_reps:
+  // an item's KV head plus r * num_kv_heads / head_reps, its partial slot plus r * rep_partials, and
+  // its merges' counters r * rep_merges further on (load_item, join_if_last).
+  const int32_t* cta_item_indptr;  // [num_ctas / head_reps + 1], never null
+  const DecodeWorkItem* items;     // [cta_item_indptr[num_ctas / head_reps]], never null
+  float* partial_o;    // [head_reps * rep_partials, kDecodeRows, head_dim] f32, normalised, v_scale applied; may be null
+  float* partial_lse;  // [head_reps * rep_partials, kDecodeRows] natural log, sinks excluded; may be null
   const DecodeMergeItem* merges;   // the plan's merge items, or null when no item is split
-  int32_t* merge_counters;         // [max_merges], zero between launches (the joining CTA resets its own)
+  int32_t* merge_counters;         // [head_reps * rep_merges], zero between launches (the joining CTA resets its own)
+  int head_reps = 1;     // divides num_ctas and num_kv_heads
+  int rep_partials = 0;  // partial slots a share of the heads may use
+  int rep_merges = 0;    // merge items a share's plan may hold
 
   // Diagnostics, normally null: [num_ctas, kTimelineSlots], each CTA's SM and %globaltimer (ns) at
   // its entry, when its first tile landed, when its last tile was consumed, at its exit, and around

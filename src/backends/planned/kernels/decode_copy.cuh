@@ -39,14 +39,17 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 
 // ---- work items ----
 
-// Item idx of the plan, with its request's page-table offset and (for the chunk that holds the
-// step's new key) its end taken from this batch's arrays, not from the plan: a plan derived for the
-// next decode step (each history one longer) is the last one's items unchanged.
-__device__ __forceinline__ DecodeWorkItem load_item(const DecodeParams& p, int idx) {
+// Item idx of the plan as share `rep` of the KV heads runs it (DecodeParams::head_reps), with its
+// request's page-table offset and (for the chunk that holds the step's new key) its end taken from
+// this batch's arrays, not from the plan: a plan derived for the next decode step (each history one
+// longer) is the last one's items unchanged.
+__device__ __forceinline__ DecodeWorkItem load_item(const DecodeParams& p, int idx, int rep) {
   const int4* src = reinterpret_cast<const int4*>(p.items + idx);
   const int4 a = __ldg(src), b = __ldg(src + 1);
   const int2 c = __ldg(reinterpret_cast<const int2*>(src + 2));
   DecodeWorkItem it{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, {0, 0}};
+  it.kv_head_idx += rep * (p.num_kv_heads / p.head_reps);
+  if (it.partial_idx >= 0) it.partial_idx += rep * p.rep_partials;
   it.page_begin = __ldg(p.kv_page_indptr + it.request_idx);
   if (it.owns_new_key != 0) {
     const int pages = __ldg(p.kv_page_indptr + it.request_idx + 1) - it.page_begin;

@@ -21,21 +21,27 @@ __device__ __forceinline__ int count_acq_rel(int32_t* counter) {
 }
 
 // Called by every thread of the CTA after it wrote partial `it.partial_idx` (uniform across the
-// CTA: it contains __syncthreads). `s_flag` is one int of shared memory. A first-level merge (a
+// CTA: it contains __syncthreads), `it` as load_item gave it for share `rep` of the KV heads: the
+// plan's merge items are the first share's, moved here. `s_flag` is one int of shared memory. A first-level merge (a
 // split joined in two levels) writes a group partial instead of the output, and its joiner then
 // counts that partial on the next merge item, the same way.
 // `on_join` runs (uniformly) once this CTA knows it joins, before the join's loads.
 template <typename T, int kHeadDim, int kThreads, typename OnJoin>
-__device__ __forceinline__ void join_if_last(const DecodeParams& p, const DecodeWorkItem& it, int* s_flag,
+__device__ __forceinline__ void join_if_last(const DecodeParams& p, const DecodeWorkItem& it, int rep, int* s_flag,
                                              OnJoin on_join) {
+  const int rep_partials = rep * p.rep_partials;
+  int32_t* const counters = p.merge_counters + rep * p.rep_merges;
   for (int merge_idx = it.merge_idx; merge_idx >= 0;) {
     // The CTA barrier orders every thread's partial writes before thread 0's count, whose release
     // makes them visible GPU-wide (cumulativity) and whose acquire, with the barrier after it,
     // orders the joiner's reads after the other CTAs' writes: one fence at GPU scope a CTA, where a
     // __threadfence in every thread, before and after, waited on each thread's own stores twice.
     __syncthreads();
-    const DecodeMergeItem m = p.merges[merge_idx];
-    if (threadIdx.x == 0) *s_flag = count_acq_rel(p.merge_counters + merge_idx) == m.num_partials - 1;
+    DecodeMergeItem m = p.merges[merge_idx];
+    m.qo_head_begin += rep * (p.num_qo_heads / p.head_reps);
+    m.partial_begin += rep_partials;
+    m.out_partial += rep_partials;
+    if (threadIdx.x == 0) *s_flag = count_acq_rel(counters + merge_idx) == m.num_partials - 1;
     __syncthreads();
     if (*s_flag == 0) return;
     on_join();
@@ -86,7 +92,7 @@ __device__ __forceinline__ void join_if_last(const DecodeParams& p, const Decode
       *reinterpret_cast<uint2*>(g_out) =
           make_uint2(tile::pack2<T>(o.x * inv, o.y * inv), tile::pack2<T>(o.z * inv, o.w * inv));
     }
-    if (threadIdx.x == 0) p.merge_counters[merge_idx] = 0;
+    if (threadIdx.x == 0) counters[merge_idx] = 0;
     merge_idx = m.next_merge;
   }
 }

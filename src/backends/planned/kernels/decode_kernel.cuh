@@ -86,8 +86,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     p.timeline[blockIdx.x * kTimelineSlots + slot] = now;
   };
   mark(1);
-  const int item_begin = p.cta_item_indptr[blockIdx.x];
-  const int item_end = p.cta_item_indptr[blockIdx.x + 1];
+  // The plan's CTA this one runs, for share `rep` of the KV heads (DecodeParams::head_reps).
+  const int rep = static_cast<int>(blockIdx.x) % p.head_reps, plan_cta = static_cast<int>(blockIdx.x) / p.head_reps;
+  const int item_begin = p.cta_item_indptr[plan_cta];
+  const int item_end = p.cta_item_indptr[plan_cta + 1];
   if (item_begin >= item_end) {
     mark(4);
     return;
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   // of the warp's stream uses stage n % kS; issue_half copies one half of the next tile without
   // moving on, advance moves on.
   int p_item = item_begin, p_tile = 0;
-  DecodeWorkItem p_it = dd::load_item(p, item_begin);
+  DecodeWorkItem p_it = dd::load_item(p, item_begin, rep);
   int p_tiles = dd::num_tiles(p_it);
   int r_page = dd::load_page(p, p_it, p_tile, warp, lane, page_shift);  // entry of the next tile's row
   auto issue_half = [&](int stage, int half) {
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     if (++p_tile == p_tiles) {
       p_tile = 0;
       if (++p_item < item_end) {
-        p_it = dd::load_item(p, p_item);
+        p_it = dd::load_item(p, p_item, rep);
         p_tiles = dd::num_tiles(p_it);
       }
     }
@@ -140,12 +142,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
   }
   // The first item's query rows load while the first tiles are in flight (before them, their
   // round trip delayed the first copies by as much).
-  dd::stage_q<C>(p, dd::load_item(p, item_begin), group, smem + C::kQOffset);
+  dd::stage_q<C>(p, dd::load_item(p, item_begin, rep), group, smem + C::kQOffset);
   __syncthreads();
 
   // Consumer state: this warp's online softmax over its keys of the current item.
   int c_item = item_begin, c_tile = 0;
-  DecodeWorkItem c_it = p_item == item_begin ? p_it : dd::load_item(p, item_begin);
+  DecodeWorkItem c_it = p_item == item_begin ? p_it : dd::load_item(p, item_begin, rep);
   int c_tiles = dd::num_tiles(c_it);
   auto item_mask = [&](const DecodeWorkItem& it) -> const uint8_t* {
     if (p.custom_mask_indptr == nullptr) return nullptr;
@@ -367,18 +369,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinCtas) decode_kernel(const 
     }
     if (c_it.partial_idx >= 0) {
       mark(5);
-      dd::join_if_last<T, kD, C::kThreads>(p, c_it, reinterpret_cast<int*>(smem + C::kFlagOffset),
+      dd::join_if_last<T, kD, C::kThreads>(p, c_it, rep, reinterpret_cast<int*>(smem + C::kFlagOffset),
                                            [&] { mark(7); });
       mark(6);
     }
     // Every warp is past its last Q K^T of this item (the barriers above): the next item's rows.
     if (c_item + 1 < item_end) {
-      dd::stage_q<C>(p, dd::load_item(p, c_item + 1), group, smem + C::kQOffset);
+      dd::stage_q<C>(p, dd::load_item(p, c_item + 1, rep), group, smem + C::kQOffset);
       __syncthreads();  // the rows are in place before any warp's first Q K^T of that item
     }
     c_tile = 0;
     if (++c_item < item_end) {
-      c_it = dd::load_item(p, c_item);
+      c_it = dd::load_item(p, c_item, rep);
       c_tiles = dd::num_tiles(c_it);
       c_mask = item_mask(c_it);
     }
