@@ -10,6 +10,7 @@
 
 #include "attnkit/registry.h"
 #include "backends/planned/graph_state.h"
+#include "backends/planned/page_table.h"
 #include "backends/planned/plan.h"
 
 namespace {
@@ -94,7 +95,7 @@ void BM_PlanDecodeWithBatchArrays(benchmark::State& state) {
     const PlanLayout layout = make_layout(cap, shape, 1);
     static std::vector<std::byte> staging;
     if (staging.size() < layout.total_bytes) staging.resize(layout.total_bytes);
-    write_batch_arrays(b, layout, pool_pages(b), staging.data());
+    write_batch_arrays(b, layout, staging.data());
     DecodePlanStats st = plan_decode(b, shape, -1, decode_view(layout, cap, shape, 0, staging.data()));
     benchmark::DoNotOptimize(st);
   }
@@ -117,10 +118,34 @@ void BM_WriteBatchArrays(benchmark::State& state) {
   const ForwardBatch b = batch_for(state);
   Staging st(b, llama3_8b_shape());
   for (auto _ : state) {
-    write_batch_arrays(b, st.layout, pool_pages(b), st.bytes.data());
+    write_batch_arrays(b, st.layout, st.bytes.data());
     benchmark::ClobberMemory();
   }
   state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
+}
+
+// The page table's write into its slots: the same batch again (every line compared, none written),
+// and the flat copy it replaced, for comparison.
+void BM_PageTableSameBatch(benchmark::State& state) {
+  const ForwardBatch b = batch_for(state);
+  Staging st(b, llama3_8b_shape());
+  PageTableSlots slots;
+  auto* page_begin = reinterpret_cast<int32_t*>(st.bytes.data() + st.layout.page_begin);
+  auto* table = reinterpret_cast<int32_t*>(st.bytes.data() + st.layout.kv_page_indices);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(slots.write(b, pool_pages(b), st.layout.page_table_entries, page_begin, table));
+    benchmark::ClobberMemory();
+  }
+  state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
+}
+void BM_PageTableFlatCopy(benchmark::State& state) {
+  const ForwardBatch b = batch_for(state);
+  Staging st(b, llama3_8b_shape());
+  auto* table = reinterpret_cast<int32_t*>(st.bytes.data() + st.layout.kv_page_indices);
+  for (auto _ : state) {
+    b.copy_page_indices(table, pool_pages(b));
+    benchmark::ClobberMemory();
+  }
 }
 
 // The CUDA side of a plan: the staging buffer's turn and the one upload enqueued, with the copy
@@ -161,6 +186,8 @@ BENCHMARK(BM_PlanDecode)
 BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096, kRandom})->Args({256, 512, kRandom});
 BENCHMARK(BM_ValidateBatch)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 BENCHMARK(BM_WriteBatchArrays)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
+BENCHMARK(BM_PageTableSameBatch)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
+BENCHMARK(BM_PageTableFlatCopy)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 BENCHMARK(BM_PlanUpload)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 
 }  // namespace

@@ -95,7 +95,7 @@ class AttentionBackend {
   TensorView host_out_cache_loc() const;
   // Called after validation; the batch is the one given to init_forward_metadata.
   virtual void plan(const ForwardBatch& batch) = 0;
-  // True where plan() copies the page table with ForwardBatch::copy_page_indices, which checks its
+  // True where plan() reads the whole page table anyway and checks its
   // entries against the cache in the same pass: validation then leaves them to it.
   virtual bool plan_checks_page_indices() const { return false; }
   virtual void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,

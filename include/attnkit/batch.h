@@ -46,8 +46,11 @@ struct ForwardBatch {
   // Throws attnkit::Error naming the first field that disagrees with the others or with `cache`.
   void validate(const KvCacheConfig& cache) const;
   // The same, except that kv_page_indices are not checked against the cache's page count: for a
-  // caller that copies them with copy_page_indices, which checks them in the same pass.
+  // caller that reads them anyway and checks them in the same pass (copy_page_indices does).
   void validate_except_page_range(const KvCacheConfig& cache) const;
+  // The check validate_except_page_range leaves out: every kv_page_indices entry in [0, num_pages).
+  // Throws validate()'s error for the first one out of range.
+  void check_page_range(int num_pages) const;
   // Copies kv_page_indices to dst, checking that each is in [0, num_pages): one read of the page
   // table where validate() and a copy read it twice. Throws validate()'s error for the first one
   // out of range.

@@ -95,9 +95,11 @@ void throw_first_out_of_range(const std::vector<int32_t>& indices, int num_pages
 
 void ForwardBatch::validate(const KvCacheConfig& cache) const {
   validate_except_page_range(cache);
-  if (!all_below(kv_page_indices, static_cast<uint32_t>(cache.num_pages))) {
-    throw_first_out_of_range(kv_page_indices, cache.num_pages);
-  }
+  check_page_range(cache.num_pages);
+}
+
+void ForwardBatch::check_page_range(int num_pages) const {
+  if (!all_below(kv_page_indices, static_cast<uint32_t>(num_pages))) throw_first_out_of_range(kv_page_indices, num_pages);
 }
 
 void ForwardBatch::copy_page_indices(int32_t* dst, int num_pages) const {

@@ -132,6 +132,7 @@ void make_setup(const PrefillCase& c, uint64_t seed, LaunchInputs& s) {
   p.qo_indptr = static_cast<const int32_t*>(s.qo_indptr.data());
   p.kv_page_indptr = static_cast<const int32_t*>(s.kv_page_indptr.data());
   p.kv_page_indices = static_cast<const int32_t*>(s.kv_page_indices.data());
+  p.page_begin = p.kv_page_indptr;  // the batch's flat table: request i's entries start at kv_page_indptr[i]
   p.kv_last_page_len = static_cast<const int32_t*>(s.kv_last_page_len.data());
   p.prefix_lens = static_cast<const int32_t*>(s.prefix_lens.data());
   if (!s.batch.custom_mask_indptr.empty()) {

@@ -122,7 +122,10 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   last_.arena = nullptr;  // a plan that fails half-way is no base for the next one
   std::byte* staging = arena->begin_write();
   const planned::PlanLayout& layout = arena->layout();
-  planned::write_batch_arrays(batch, layout, cache().config().num_pages, staging);
+  planned::write_batch_arrays(batch, layout, staging);
+  const size_t table_entries = arena->page_slots().write(
+      batch, cache().config().num_pages, layout.page_table_entries, reinterpret_cast<int32_t*>(staging + layout.page_begin),
+      reinterpret_cast<int32_t*>(staging + layout.kv_page_indices));
   num_prefill_items_ = 0;
   if (!step) {
     for (int v = 0; v < num_variants(); ++v) {
@@ -136,8 +139,7 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
           planned::plan_prefill(batch, plan_shape_, {items, static_cast<size_t>(arena->capacity().prefill_items)});
     }
   }
-  arena->upload(step ? layout.qo_indptr : 0, layout.used_bytes(static_cast<int>(batch.kv_page_indices.size())),
-                stream());
+  arena->upload(step ? layout.qo_indptr : 0, layout.used_bytes(table_entries), stream());
   active_ = arena;
 
   // What the next decode step's plan may be derived from.
@@ -204,6 +206,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
     pre.qo_indptr = active_->device<int32_t>(l.qo_indptr);
     pre.kv_page_indptr = active_->device<int32_t>(l.kv_page_indptr);
     pre.kv_page_indices = active_->device<int32_t>(l.kv_page_indices);
+    pre.page_begin = active_->device<int32_t>(l.page_begin);
     pre.kv_last_page_len = active_->device<int32_t>(l.kv_last_page_len);
     pre.prefix_lens = active_->device<int32_t>(l.prefix_lens);
     pre.custom_mask = mask;
@@ -252,6 +255,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.k_pool = cache().k_pool(layer);
   dec.v_pool = cache().v_pool(layer);
   dec.kv_page_indices = active_->device<int32_t>(l.kv_page_indices);
+  dec.page_begin = active_->device<int32_t>(l.page_begin);
   dec.kv_page_indptr = active_->device<int32_t>(l.kv_page_indptr);
   dec.kv_last_page_len = active_->device<int32_t>(l.kv_last_page_len);
   dec.custom_mask = mask;

@@ -40,7 +40,7 @@ class PlannedBackend final : public AttentionBackend {
 
  protected:
   void plan(const ForwardBatch& batch) override;
-  bool plan_checks_page_indices() const override { return true; }  // the upload's copy checks them
+  bool plan_checks_page_indices() const override { return true; }  // PageTableSlots::write checks them
   void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                   const TensorView& out) override;
   void run_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,

@@ -31,6 +31,7 @@ void PlanArena::allocate(const PlanCapacity& capacity, const PlanShape& shape, i
   ++generation_;
   capacity_ = capacity;
   layout_ = make_layout(capacity, shape, num_variants);
+  page_slots_.reset();
   const size_t bytes = std::max<size_t>(layout_.total_bytes, 16);
   ATTNKIT_CUDA_CHECK(cudaMalloc(&device_, bytes));
   for (int i = 0; i < 2; ++i) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "backends/planned/page_table.h"
 #include "backends/planned/plan.h"
 
 typedef struct CUevent_st* cudaEvent_t;
@@ -39,6 +40,8 @@ class PlanArena {
   uint64_t generation() const { return generation_; }
 
   const PlanLayout& layout() const { return layout_; }
+  // Where the staging buffers' page tables keep each request's entries (both buffers alike).
+  PageTableSlots& page_slots() { return page_slots_; }
   const PlanCapacity& capacity() const { return capacity_; }
   template <typename T>
   T* device(size_t offset) const {
@@ -52,6 +55,7 @@ class PlanArena {
 
   PlanCapacity capacity_;
   PlanLayout layout_;
+  PageTableSlots page_slots_;
   void* device_ = nullptr;   // [layout_.total_bytes]
   void* staging_[2] = {};    // [layout_.total_bytes] pinned host memory each
   cudaEvent_t uploaded_[2] = {};

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnkit/error.h"
+#include "backends/planned/page_table.h"
 
 namespace attnkit::planned {
 
@@ -97,10 +98,13 @@ PlanLayout make_layout(const PlanCapacity& c, const PlanShape& shape, int num_va
   l.kv_page_indptr = section((b + 1) * 4);
   l.kv_last_page_len = section(b * 4);
   l.prefix_lens = section(b * 4);
+  l.page_begin = section(b * 4);
   l.out_cache_loc = section(static_cast<size_t>(c.num_tokens) * 8);
   l.custom_mask_indptr = section(c.mask_bytes > 0 ? (b + 1) * 8 : 0);
   l.custom_mask = section(static_cast<size_t>(c.mask_bytes));
-  l.kv_page_indices = section(static_cast<size_t>(c.num_pages) * 4);
+  off = (off + 63) / 64 * 64;
+  l.page_table_entries = page_table_entries(c);
+  l.kv_page_indices = section(l.page_table_entries * 4);
   l.total_bytes = off;
   return l;
 }
@@ -116,7 +120,7 @@ PlanCapacity capacity_for(const ForwardBatch& batch, const PlanShape& shape) {
   return c;
 }
 
-void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& l, int num_pages, std::byte* staging) {
+void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& l, std::byte* staging) {
   auto put = [&](size_t offset, const auto& v) {
     if (!v.empty()) std::memcpy(staging + offset, v.data(), v.size() * sizeof(v[0]));
   };
@@ -129,7 +133,6 @@ void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& l, int num_
     put(l.custom_mask_indptr, batch.custom_mask_indptr);
     put(l.custom_mask, batch.custom_mask);
   }
-  batch.copy_page_indices(reinterpret_cast<int32_t*>(staging + l.kv_page_indices), num_pages);
 }
 
 DecodePlanView decode_view(const PlanLayout& l, const PlanCapacity& c, const PlanShape& shape, int v,

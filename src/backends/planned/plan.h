@@ -111,27 +111,28 @@ struct PlanCapacity {
 };
 
 // Byte offsets of each section in the upload buffer: the plan's own sections first, then the
-// batch's arrays from qo_indptr on, the page table last. One copy of [0, used_bytes(num_pages))
-// carries a plan; a plan derived for the next decode step copies only [qo_indptr, used_bytes).
+// batch's arrays from qo_indptr on, the page table last (page_table.h: each request's entries from
+// page_begin[i], not kv_page_indptr[i]). One copy of [0, used_bytes(entries in use)) carries a plan;
+// a plan derived for the next decode step copies only [qo_indptr, used_bytes).
 struct PlanLayout {
   static constexpr int kMaxVariants = 4;  // distinct window_left values among the model's layers
-  size_t qo_indptr = 0, kv_page_indptr = 0, kv_last_page_len = 0, prefix_lens = 0;
+  size_t qo_indptr = 0, kv_page_indptr = 0, kv_last_page_len = 0, prefix_lens = 0, page_begin = 0;
   size_t out_cache_loc = 0, custom_mask_indptr = 0, custom_mask = 0, prefill_items = 0;
   size_t cta_item_indptr[kMaxVariants] = {}, decode_items[kMaxVariants] = {};
   size_t num_merges[kMaxVariants] = {}, merges[kMaxVariants] = {};
-  size_t kv_page_indices = 0;
+  size_t kv_page_indices = 0;  // 64-byte aligned: the page table's slots are whole lines
+  size_t page_table_entries = 0;
   size_t total_bytes = 0;
-  size_t used_bytes(int num_pages) const { return kv_page_indices + size_t(num_pages) * sizeof(int32_t); }
+  size_t used_bytes(size_t table_entries) const { return kv_page_indices + table_entries * sizeof(int32_t); }
 };
 PlanLayout make_layout(const PlanCapacity& capacity, const PlanShape& shape, int num_variants);
 
 // What a batch needs (decode items per variant at their bound).
 PlanCapacity capacity_for(const ForwardBatch& batch, const PlanShape& shape);
 
-// Copies the batch's CSR arrays into their sections of `staging` (host memory laid out by `layout`),
-// checking the page-table entries against the cache's `num_pages` on the way (validation leaves
-// them to this copy: one read of the page table instead of two).
-void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& layout, int num_pages, std::byte* staging);
+// Copies the batch's CSR arrays but the page table (PageTableSlots writes it) into their sections
+// of `staging` (host memory laid out by `layout`).
+void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& layout, std::byte* staging);
 
 // The plan view of variant v inside `staging`.
 DecodePlanView decode_view(const PlanLayout& layout, const PlanCapacity& capacity, const PlanShape& shape, int v,

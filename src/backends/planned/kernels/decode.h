@@ -26,7 +26,7 @@ inline constexpr int kDecodeTileKv = 64;
 struct DecodeWorkItem {
   int32_t token_idx;    // row of q and out (the request's qo_indptr)
   int32_t request_idx;  // for the custom mask
-  int32_t page_begin;   // the request's first entry in kv_page_indices
+  int32_t page_begin;   // the request's first entry in kv_page_indices (load_item reads DecodeParams::page_begin)
   int32_t kv_head_idx;
   int32_t row_begin;    // first query head of the slice, counted within the group
   int32_t kv_begin;
@@ -63,9 +63,11 @@ struct DecodeParams {
   void* out;      // [num_tokens, num_qo_heads, head_dim] q_dtype, never null
   void* k_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
   void* v_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
-  const int32_t* kv_page_indices;     // [num_pages in the batch], never null
-  // The batch's [batch_size + 1] and [batch_size]: an item's page-table offset, and the end of the
-  // chunk that holds a request's new key, are read from these (see load_item), never null.
+  // Request i's page-table entries: kv_page_indices[page_begin[i] + j] for its pages j, never null.
+  const int32_t* kv_page_indices;
+  const int32_t* page_begin;          // [batch_size]
+  // The batch's [batch_size + 1] and [batch_size]: the end of the chunk that holds a request's new
+  // key is read from these (see load_item), never null.
   const int32_t* kv_page_indptr;
   const int32_t* kv_last_page_len;
   const uint8_t* custom_mask;         // [custom_mask_indptr[batch_size]] or null

@@ -50,9 +50,9 @@ __device__ __forceinline__ DecodeWorkItem load_item(const DecodeParams& p, int i
   DecodeWorkItem it{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, {0, 0}};
   it.kv_head_idx += rep * (p.num_kv_heads / p.head_reps);
   if (it.partial_idx >= 0) it.partial_idx += rep * p.rep_partials;
-  it.page_begin = __ldg(p.kv_page_indptr + it.request_idx);
+  it.page_begin = __ldg(p.page_begin + it.request_idx);
   if (it.owns_new_key != 0) {
-    const int pages = __ldg(p.kv_page_indptr + it.request_idx + 1) - it.page_begin;
+    const int pages = __ldg(p.kv_page_indptr + it.request_idx + 1) - __ldg(p.kv_page_indptr + it.request_idx);
     it.kv_end = (pages - 1) * p.page_size + __ldg(p.kv_last_page_len + it.request_idx);
   }
   return it;

@@ -135,7 +135,7 @@ void check_prefill_params(const PrefillParams& p) {
   if (p.sm_scale <= 0.0f) fail("sm_scale must be positive, got ", p.sm_scale);
   if (p.num_work_items > 0 && (p.q == nullptr || p.out == nullptr || p.k_pool == nullptr || p.v_pool == nullptr ||
                                p.work == nullptr || p.qo_indptr == nullptr || p.kv_page_indptr == nullptr ||
-                               p.kv_page_indices == nullptr || p.kv_last_page_len == nullptr ||
+                               p.kv_page_indices == nullptr || p.page_begin == nullptr || p.kv_last_page_len == nullptr ||
                                p.prefix_lens == nullptr))
     fail("q, out, k_pool, v_pool, work and the batch arrays must not be null");
   if ((p.custom_mask == nullptr) != (p.custom_mask_indptr == nullptr))

@@ -46,7 +46,9 @@ struct PrefillParams {
   // The batch, on the device (the same CSR arrays as ForwardBatch, uploaded by the planner).
   const int32_t* qo_indptr = nullptr;         // [batch_size + 1], never null
   const int32_t* kv_page_indptr = nullptr;    // [batch_size + 1], never null
-  const int32_t* kv_page_indices = nullptr;   // [kv_page_indptr[batch_size]], never null
+  // Request i's page-table entries: kv_page_indices[page_begin[i] + j] for its pages j, never null.
+  const int32_t* kv_page_indices = nullptr;
+  const int32_t* page_begin = nullptr;        // [batch_size], never null
   const int32_t* kv_last_page_len = nullptr;  // [batch_size] 1..page_size, never null
   const int32_t* prefix_lens = nullptr;       // [batch_size] position of each request's first new token, never null
   // Optional custom masks: request i's [qo_len, kv_len] row-major 0/1 bytes start at

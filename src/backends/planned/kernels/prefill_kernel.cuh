@@ -32,8 +32,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) prefill_kernel(con
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int qo_start = p.qo_indptr[req];
   const int qo_len = p.qo_indptr[req + 1] - qo_start;
-  const int page_begin = p.kv_page_indptr[req];
-  const int num_pages = p.kv_page_indptr[req + 1] - page_begin;
+  const int page_begin = p.page_begin[req];
+  const int num_pages = p.kv_page_indptr[req + 1] - p.kv_page_indptr[req];
   const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * p.page_size + p.kv_last_page_len[req];
   const int prefix = p.prefix_lens[req];
   const int packed_len = qo_len * group;
