@@ -117,6 +117,11 @@ std::vector<harness::CheckCase> own_cases() {
     cases.push_back(c);
   }
   {
+    // Eight KV heads (llama3-8b's): the grid runs a share of the heads' plan over every share
+    // (four on the H200), each share's splits joined with its own partials and counters.
+    cases.push_back(decode_case("8 KV heads, long splits in every share", heads(32, 8, 128), {20000, 5, 3000}));
+  }
+  {
     // One KV head: one split of hundreds of chunks, whose last join takes its groups in rounds.
     auto c = decode_case("MQA, one split of hundreds of chunks", heads(8, 1, 128), {60000, 3});
     cases.push_back(c);
