@@ -143,9 +143,6 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
   active_ = arena;
 
   // What the next decode step's plan may be derived from.
-  const int n = batch.batch_size();
-  last_.kv_lens.resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) last_.kv_lens[static_cast<size_t>(i)] = batch.kv_len(i);
   if (step) {
     ++last_.steps;
   } else {
@@ -155,6 +152,11 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
       const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), plan_shape_, 0, staging);
       last_.max_steps = planned::max_steps_between_plans(plan_shape_, view, stats_[0]);
     }
+  }
+  if (last_.steps < last_.max_steps) {  // is_next_step reads the lengths only then
+    const int n = batch.batch_size();
+    last_.kv_lens.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) last_.kv_lens[static_cast<size_t>(i)] = batch.kv_len(i);
   }
   last_.arena = arena;
   last_.generation = arena->generation();

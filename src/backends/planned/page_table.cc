@@ -118,7 +118,7 @@ size_t PageTableSlots::write(const ForwardBatch& batch, int num_pages, size_t ca
   }
   std::copy(begin_.begin(), begin_.begin() + n, page_begin);
   if (HWY_DYNAMIC_DISPATCH(write_changed)(batch.kv_page_indices.data(), batch.kv_page_indices.size(),
-                                          batch.kv_page_indptr.data(), page_begin, n, num_pages, table)) {
+                                          batch.kv_page_indptr.data(), begin_.data(), n, num_pages, table)) {
     batch.check_page_range(num_pages);  // throws, naming the first bad entry
   }
   return end_;
