@@ -47,13 +47,13 @@ ForwardBatch make_batch(int n, int max_len, Lengths lengths, uint64_t seed) {
 }
 
 // What the backend plans on the H200 (132 SMs, 3 decode CTAs each at head_dim 128) for llama3-8b
-// heads: one share of the KV heads (plan_head_reps: 4 shares of 2 KV heads on 99 CTAs).
+// heads: one share of the KV heads (decode_grid_ctas, plan_head_reps: 8 shares of 1 KV head on 49 CTAs).
 PlanShape llama3_8b_shape() {
   PlanShape grid;
   grid.num_qo_heads = 32;
   grid.num_kv_heads = 8;
   grid.head_dim = 128;
-  grid.num_ctas = 132 * 3;
+  grid.num_ctas = decode_grid_ctas(132 * 3, grid.num_kv_heads);
   return share_shape(grid, plan_head_reps(grid));
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attnkit/error.h"
@@ -131,6 +132,25 @@ TEST(PlannedPageTable, OutOfRangeEntryIsNamed) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "batch: kv_page_indices[4] must be in 0..99, got 100");
+  }
+}
+
+// Entries that the write checks four lines at a time (a long request) are checked as well, below
+// zero as above the pool.
+TEST(PlannedPageTable, OutOfRangeEntryOfALongRequestIsNamed) {
+  for (const int32_t bad : {-1, 100, INT32_MIN, INT32_MAX}) {
+    std::mt19937 rng(6);
+    ForwardBatch b = decode_batch({40, 2000, 40}, rng);  // 3, 125, 3 pages
+    for (int32_t& p : b.kv_page_indices) p %= 100;
+    b.kv_page_indices[3 + 70] = bad;
+    std::vector<int32_t> table(1024), page_begin(3);
+    PageTableSlots slots;
+    try {
+      slots.write(b, 100, table.size(), page_begin.data(), table.data());
+      FAIL() << "expected an error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "batch: kv_page_indices[73] must be in 0..99, got " + std::to_string(bad));
+    }
   }
 }
 

@@ -265,6 +265,18 @@ TEST(PlannedPlan, BenchmarkShapesBalanceWithinFourPercent) {
   }
 }
 
+// The decode grid gives up at most 2% of the SMs' slots for more shares of the KV heads.
+TEST(PlannedPlan, DecodeGridTrimsToShares) {
+  EXPECT_EQ(decode_grid_ctas(396, 8), 392);   // 8 shares of 1 head
+  EXPECT_EQ(decode_grid_ctas(396, 32), 392);  // 384 (32 shares) or 384 (16) would idle 3%: 8 shares
+  EXPECT_EQ(decode_grid_ctas(396, 1), 396);
+  EXPECT_EQ(decode_grid_ctas(396, 3), 396);   // 3 divides 396 already
+  EXPECT_EQ(decode_grid_ctas(132, 8), 132);   // 128 would idle 3%; gcd 4 is what is left
+  EXPECT_EQ(decode_grid_ctas(264, 8), 264);
+  EXPECT_EQ(decode_grid_ctas(5, 4), 5);       // a grid too small to trim keeps its slots
+  EXPECT_EQ(plan_head_reps(shape(32, 8, decode_grid_ctas(396, 8))), 8);
+}
+
 // The grid runs one share's plan over every share of the KV heads: the share is the largest that
 // divides both the heads and the CTAs, and its plan balances the benchmark shapes as well.
 TEST(PlannedPlan, ShareOfTheKvHeadsDividesHeadsAndCtas) {

@@ -55,7 +55,7 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
   if (planned::decode_unsupported(shape_.head_dim, likely_q, c.dtype).empty() && !c.mla) {
     ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(shape_.head_dim, likely_q, c.dtype));
   }
-  shape_.num_ctas = cuda::device_info().num_sms * ctas_per_sm;
+  shape_.num_ctas = planned::decode_grid_ctas(cuda::device_info().num_sms * ctas_per_sm, shape_.num_kv_heads);
   head_reps_ = planned::plan_head_reps(shape_);
   plan_shape_ = planned::share_shape(shape_, head_reps_);
 

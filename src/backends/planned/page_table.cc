@@ -18,14 +18,37 @@ namespace hn = hwy::HWY_NAMESPACE;
 bool write_changed(const int32_t* HWY_RESTRICT entries, size_t num_entries, const int32_t* HWY_RESTRICT indptr,
                    const int32_t* HWY_RESTRICT begin, int n, int32_t limit, int32_t* HWY_RESTRICT table) {
   const hn::CappedTag<int32_t, 16> d;  // a vector is a line or a whole part of one
+  const hn::RebindToUnsigned<decltype(d)> du;
   const size_t lanes = hn::Lanes(d);
-  auto lo = hn::Zero(d), hi = hn::Zero(d);
+  // Unsigned, a negative entry is larger than any limit: one maximum checks both ends of the range.
+  auto hi = hn::Zero(du);
+  // Stores x where the table holds something else (rarely: the lines of a grown request).
+  auto put = [&](hn::Vec<decltype(d)> x, int32_t* dst) {
+    if (!hn::AllTrue(d, hn::Eq(x, hn::LoadU(d, dst)))) hn::StoreU(x, d, dst);
+  };
   HWY_ALIGN int32_t last[16];
   for (int r = 0; r < n; ++r) {
     const size_t from = static_cast<size_t>(indptr[r]), count = static_cast<size_t>(indptr[r + 1]) - from;
     const int32_t* src = entries + from;
     int32_t* dst = table + begin[r];
-    for (size_t i = 0; i < count; i += lanes) {
+    size_t i = 0;
+    // Four vectors a round with one test of all four, the usual case being no change at all.
+    for (; i + 4 * lanes <= count; i += 4 * lanes) {
+      const auto x0 = hn::LoadU(d, src + i), x1 = hn::LoadU(d, src + i + lanes);
+      const auto x2 = hn::LoadU(d, src + i + 2 * lanes), x3 = hn::LoadU(d, src + i + 3 * lanes);
+      hi = hn::Max(hi, hn::Max(hn::Max(hn::BitCast(du, x0), hn::BitCast(du, x1)),
+                               hn::Max(hn::BitCast(du, x2), hn::BitCast(du, x3))));
+      const auto same = hn::And(hn::And(hn::Eq(x0, hn::LoadU(d, dst + i)), hn::Eq(x1, hn::LoadU(d, dst + i + lanes))),
+                                hn::And(hn::Eq(x2, hn::LoadU(d, dst + i + 2 * lanes)),
+                                        hn::Eq(x3, hn::LoadU(d, dst + i + 3 * lanes))));
+      if (!hn::AllTrue(d, same)) {
+        put(x0, dst + i);
+        put(x1, dst + i + lanes);
+        put(x2, dst + i + 2 * lanes);
+        put(x3, dst + i + 3 * lanes);
+      }
+    }
+    for (; i < count; i += lanes) {
       hn::Vec<decltype(d)> x;
       if (i + lanes <= count) {
         x = hn::LoadU(d, src + i);
@@ -35,12 +58,11 @@ bool write_changed(const int32_t* HWY_RESTRICT entries, size_t num_entries, cons
         for (size_t k = 0; k < lanes; ++k) last[k] = i + k < count ? src[i + k] : 0;
         x = hn::Load(d, last);
       }
-      lo = hn::Min(lo, x);
-      hi = hn::Max(hi, x);
-      if (!hn::AllTrue(d, hn::Eq(x, hn::LoadU(d, dst + i)))) hn::StoreU(x, d, dst + i);
+      hi = hn::Max(hi, hn::BitCast(du, x));
+      put(x, dst + i);
     }
   }
-  return hn::GetLane(hn::MinOfLanes(d, lo)) < 0 || hn::GetLane(hn::MaxOfLanes(d, hi)) >= limit;
+  return hn::GetLane(hn::MaxOfLanes(du, hi)) >= static_cast<uint32_t>(limit);
 }
 
 }  // namespace attnkit::planned::HWY_NAMESPACE

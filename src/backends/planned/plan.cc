@@ -57,6 +57,17 @@ int plan_prefill(const ForwardBatch& batch, const PlanShape& shape, std::span<Pr
   return static_cast<int>(count);
 }
 
+int decode_grid_ctas(int slots, int num_kv_heads) {
+  ATTNKIT_CHECK(slots >= 1 && num_kv_heads >= 1, "planned plan: decode grid of ", slots, " slots for ", num_kv_heads,
+                " KV heads");
+  for (int reps = num_kv_heads; reps > 1; --reps) {
+    if (num_kv_heads % reps != 0) continue;
+    const int ctas = slots - slots % reps;
+    if (50 * static_cast<int64_t>(ctas) >= 49 * static_cast<int64_t>(slots)) return ctas;  // at most 2% idle
+  }
+  return slots;
+}
+
 int plan_head_reps(const PlanShape& grid) {
   return std::max(1, std::gcd(grid.num_kv_heads, grid.num_ctas));
 }
