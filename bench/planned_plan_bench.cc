@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <vector>
 
@@ -67,8 +68,9 @@ int pool_pages(const ForwardBatch& b) { return static_cast<int>(b.kv_page_indice
 
 // One upload buffer's host side, sized for a batch.
 struct Staging {
-  Staging(const ForwardBatch& b, const PlanShape& shape)
-      : cap(capacity_for(b, shape)), layout(make_layout(cap, shape, 1)), bytes(layout.total_bytes) {}
+  Staging(const ForwardBatch& b, const PlanShape& shape) : Staging(capacity_for(b, shape), shape) {}
+  Staging(const PlanCapacity& c, const PlanShape& shape)
+      : cap(c), layout(make_layout(cap, shape, 1)), bytes(layout.total_bytes) {}
   PlanCapacity cap;
   PlanLayout layout;
   std::vector<std::byte> bytes;
@@ -124,17 +126,62 @@ void BM_WriteBatchArrays(benchmark::State& state) {
   state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
 }
 
-// The page table's write into its slots: the same batch again (every line compared, none written),
-// and the flat copy it replaced, for comparison.
+// The page table's write into its slots: the same batch again (every line compared, none written)
+// into one staging table or two in turn (the arena's), and the flat copy it replaced.
 void BM_PageTableSameBatch(benchmark::State& state) {
   const ForwardBatch b = batch_for(state);
-  Staging st(b, llama3_8b_shape());
+  const int buffers = static_cast<int>(state.range(3));  // the staging buffers written in turn
+  std::vector<Staging> st(static_cast<size_t>(buffers), Staging(b, llama3_8b_shape()));
   PageTableSlots slots;
-  auto* page_begin = reinterpret_cast<int32_t*>(st.bytes.data() + st.layout.page_begin);
-  auto* table = reinterpret_cast<int32_t*>(st.bytes.data() + st.layout.kv_page_indices);
+  int turn = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(slots.write(b, pool_pages(b), st.layout.page_table_entries, page_begin, table));
+    Staging& s = st[static_cast<size_t>(turn++ % buffers)];
+    auto* page_begin = reinterpret_cast<int32_t*>(s.bytes.data() + s.layout.page_begin);
+    auto* table = reinterpret_cast<int32_t*>(s.bytes.data() + s.layout.kv_page_indices);
+    benchmark::DoNotOptimize(slots.write(b, pool_pages(b), s.layout.page_table_entries, page_begin, table));
     benchmark::ClobberMemory();
+  }
+  state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
+}
+// The same write for a serving loop's next decode steps: each history one position longer, a new
+// page where it crosses a page's end, the batch's arrays built anew before each write (untimed), and
+// two staging tables written in turn as the arena's two buffers are.
+void BM_PageTableNextSteps(benchmark::State& state) {
+  ForwardBatch b = batch_for(state);
+  PlanCapacity cap = capacity_for(b, llama3_8b_shape());
+  cap.num_pages *= 4;  // room for the pages the steps add
+  Staging st[2] = {Staging(cap, llama3_8b_shape()), Staging(cap, llama3_8b_shape())};
+  PageTableSlots slots;
+  const int n = b.batch_size();
+  std::vector<std::vector<int32_t>> pages(static_cast<size_t>(n));
+  std::vector<int> kv_len(static_cast<size_t>(n));
+  int next_page = 0;
+  for (int i = 0; i < n; ++i) {
+    pages[i].assign(b.kv_page_indices.begin() + b.kv_page_indptr[i], b.kv_page_indices.begin() + b.kv_page_indptr[i + 1]);
+    kv_len[i] = b.kv_len(i);
+    for (int32_t p : pages[i]) next_page = std::max(next_page, p + 1);
+  }
+  const int pool = pool_pages(b) + (1 << 20);
+  int turn = 0;
+  for (auto _ : state) {
+    ForwardBatch nb;  // built as build_batch builds it: every array anew
+    nb.mode = ForwardMode::decode;
+    nb.page_size = b.page_size;
+    nb.kv_page_indptr.push_back(0);
+    nb.qo_indptr.resize(static_cast<size_t>(n) + 1);
+    for (int i = 0; i <= n; ++i) nb.qo_indptr[i] = i;
+    for (int i = 0; i < n; ++i) {
+      if (kv_len[i]++ % b.page_size == 0) pages[i].push_back(next_page++);
+      nb.kv_page_indices.insert(nb.kv_page_indices.end(), pages[i].begin(), pages[i].end());
+      nb.kv_page_indptr.push_back(static_cast<int32_t>(nb.kv_page_indices.size()));
+    }
+    Staging& s = st[turn ^= 1];
+    auto* page_begin = reinterpret_cast<int32_t*>(s.bytes.data() + s.layout.page_begin);
+    auto* table = reinterpret_cast<int32_t*>(s.bytes.data() + s.layout.kv_page_indices);
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(slots.write(nb, pool, s.layout.page_table_entries, page_begin, table));
+    benchmark::ClobberMemory();
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   state.counters["pages"] = static_cast<double>(b.kv_page_indices.size());
 }
@@ -186,7 +233,8 @@ BENCHMARK(BM_PlanDecode)
 BENCHMARK(BM_PlanDecodeWithBatchArrays)->Args({256, 4096, kRandom})->Args({256, 512, kRandom});
 BENCHMARK(BM_ValidateBatch)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 BENCHMARK(BM_WriteBatchArrays)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
-BENCHMARK(BM_PageTableSameBatch)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
+BENCHMARK(BM_PageTableSameBatch)->Args({256, 4096, kRandom, 1})->Args({256, 4096, kRandom, 2})->Args({256, 16384, kRandom, 2});
+BENCHMARK(BM_PageTableNextSteps)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom})->UseManualTime()->Iterations(300);
 BENCHMARK(BM_PageTableFlatCopy)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 BENCHMARK(BM_PlanUpload)->Args({256, 4096, kRandom})->Args({256, 16384, kRandom});
 
