@@ -3,9 +3,10 @@
 Run on the device (FlashInfer importable, attnkit's tool built). The batch: 256 requests with KV
 lengths drawn uniformly from [128, MAX] (seeded), Llama-3-8B heads, pages of 16. attnkit's figure
 is `attnkit bench`'s plan column: `init_forward_metadata` whole (the host scheduler and the enqueued
-upload of the plan and the batch's arrays), median of 21; and its next-step column: the same for the
-21 decode steps after it, each history one position longer (a plan the backend may derive from the
-last one). FlashInfer's: `plan()` of
+upload of the plan and the batch's arrays), median of 21 a process, then the median over five
+processes (with the lowest and highest); and its next-step column: the same for the 21 decode steps
+after it, each history one position longer (a plan the backend may derive from the last one).
+FlashInfer's (one process: the script's own): `plan()` of
 BatchDecodeWithPagedKVCacheWrapper with tensor cores (the decode peer timed beside `planned`), its
 index arrays on the host as its documentation recommends, median of 51 after 5 untimed calls.
 
@@ -30,16 +31,24 @@ def kv_lens(max_len: int, seed: int = 1):
     return [rng.randint(128, max_len) for _ in range(NUM_REQUESTS)]
 
 
-def attnkit_plan_us(tool: str, lens) -> tuple:
+def attnkit_plan_us(tool: str, lens, processes: int) -> tuple:
+    """Medians over `processes` processes of each process's medians (full plan, next step), and
+    the full plan's lowest and highest process: on the GPU machines' hosts the same binary planned
+    up to 1.6x apart from one process to the next (the core it was given), so one process is not
+    the host's figure."""
     requests = ",".join(f"{n - 1}+1" for n in lens)
     out = "/tmp/plan_time_attnkit.json"
-    subprocess.run([tool, "bench", "--backend", "planned", "--preset", "llama3-8b", "--phase", "decode",
-                    "--page-size", str(PAGE_SIZE), "--requests", requests, "--warmup", "1", "--repeats", "3",
-                    "--json", out], check=True, capture_output=True, text=True)
-    with open(out) as f:
-        data = json.load(f)
-    rows = data["results"] if isinstance(data, dict) else data
-    return float(rows[0]["plan_us"]), float(rows[0].get("plan_step_us", float("nan")))
+    full, step = [], []
+    for _ in range(processes):
+        subprocess.run([tool, "bench", "--backend", "planned", "--preset", "llama3-8b", "--phase", "decode",
+                        "--page-size", str(PAGE_SIZE), "--requests", requests, "--warmup", "1", "--repeats", "3",
+                        "--json", out], check=True, capture_output=True, text=True)
+        with open(out) as f:
+            data = json.load(f)
+        rows = data["results"] if isinstance(data, dict) else data
+        full.append(float(rows[0]["plan_us"]))
+        step.append(float(rows[0].get("plan_step_us", float("nan"))))
+    return statistics.median(full), statistics.median(step), min(full), max(full)
 
 
 def flashinfer_plan_us(lens) -> float:
@@ -72,21 +81,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tool", required=True, help="attnkit's command-line tool")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--processes", type=int, default=5, help="attnkit processes timed, one after another")
     args = ap.parse_args()
     rows = []
-    print("| batch | attnkit planned plan us | FlashInfer decode-tc plan us | ratio | attnkit next decode step us |")
+    print("| batch | attnkit planned plan us, median of processes (lowest-highest) | FlashInfer decode-tc plan us |"
+          " ratio | attnkit next decode step us |")
     print("|---|---|---|---|---|")
     for max_len in MAX_LENS:
         lens = kv_lens(max_len)
-        ours, step = attnkit_plan_us(args.tool, lens)
+        ours, step, lo, hi = attnkit_plan_us(args.tool, lens, args.processes)
         try:
             theirs = flashinfer_plan_us(lens)
         except Exception as e:  # noqa: BLE001 (a peer that cannot run is reported, not fatal)
             print(f"FlashInfer plan failed: {e}", file=sys.stderr)
             theirs = float("nan")
         name = f"{NUM_REQUESTS} x [128, {max_len}]"
-        rows.append({"batch": name, "attnkit_us": ours, "flashinfer_us": theirs, "attnkit_step_us": step})
-        print(f"| {name} | {ours:.1f} | {theirs:.1f} | {theirs / ours:.2f} | {step:.1f} |", flush=True)
+        rows.append({"batch": name, "attnkit_us": ours, "flashinfer_us": theirs, "attnkit_step_us": step,
+                     "attnkit_us_lowest": lo, "attnkit_us_highest": hi, "processes": args.processes})
+        print(f"| {name} | {ours:.1f} ({lo:.1f}-{hi:.1f}) | {theirs:.1f} | {theirs / ours:.2f} | {step:.1f} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
