@@ -46,7 +46,8 @@ struct ForwardBatch {
   // Throws attnkit::Error naming the first field that disagrees with the others or with `cache`.
   void validate(const KvCacheConfig& cache) const;
   // The same, except that kv_page_indices are not checked against the cache's page count: for a
-  // caller that reads them anyway and checks them in the same pass (copy_page_indices does).
+  // caller that reads them anyway and checks them in the same pass (copy_page_indices does, and the
+  // `planned` backend's page-table write).
   void validate_except_page_range(const KvCacheConfig& cache) const;
   // The check validate_except_page_range leaves out: every kv_page_indices entry in [0, num_pages).
   // Throws validate()'s error for the first one out of range.
