@@ -1,17 +1,49 @@
-// PlanArena: pinned staging buffers + device buffer, the one upload a plan needs, and the events
+// PlanArena: pinned staging buffers + device buffer, the one upload a plan needs, and the marks
 // that keep a plan from overwriting staging bytes a copy is still reading.
 #include "backends/planned/graph_state.h"
 
+#include <cuda.h>
+
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "cuda/check.h"
 
 namespace attnkit::planned {
 
+namespace {
+
+// cuStreamWriteValue32 through the runtime's driver entry point (no link to the driver library),
+// or null where the driver does not offer it.
+using WriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+WriteValue32 write_value32() {
+  static const WriteValue32 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // a failed lookup leaves no error behind: events are used instead
+      return WriteValue32{nullptr};
+    }
+    return reinterpret_cast<WriteValue32>(f);
+  }();
+  return fn;
+}
+
+// Whether upload `n` has finished, by the mapped word the stream writes (modulo 2^32).
+bool finished(const uint32_t* done, uint32_t n) {
+  return static_cast<int32_t>(__atomic_load_n(done, __ATOMIC_ACQUIRE) - n) >= 0;
+}
+
+}  // namespace
+
 PlanArena::~PlanArena() { release(); }
 
 void PlanArena::release() noexcept {
   // Destructors must not throw: errors here are ignored (the context may already be gone).
+  // An upload marked by the stream's write alone has no event: the device is waited for.
+  if (done_ != nullptr && (pending_[0] || pending_[1])) cudaDeviceSynchronize();
   for (int i = 0; i < 2; ++i) {
     if (uploaded_[i]) {
       cudaEventSynchronize(uploaded_[i]);
@@ -21,7 +53,11 @@ void PlanArena::release() noexcept {
     uploaded_[i] = nullptr;
     staging_[i] = nullptr;
     pending_[i] = false;
+    read_by_[i] = 0;
   }
+  if (done_) cudaFreeHost(done_);
+  done_ = done_device_ = nullptr;
+  uploads_ = 0;
   if (device_) cudaFree(device_);
   device_ = nullptr;
 }
@@ -37,6 +73,15 @@ void PlanArena::allocate(const PlanCapacity& capacity, const PlanShape& shape, i
   for (int i = 0; i < 2; ++i) {
     ATTNKIT_CUDA_CHECK(cudaMallocHost(&staging_[i], bytes));
     ATTNKIT_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_[i], cudaEventDisableTiming));
+  }
+  if (write_value32() != nullptr) {
+    void* word = nullptr;
+    ATTNKIT_CUDA_CHECK(cudaHostAlloc(&word, 64, cudaHostAllocMapped));
+    done_ = static_cast<uint32_t*>(word);
+    *done_ = 0;
+    void* device_word = nullptr;
+    ATTNKIT_CUDA_CHECK(cudaHostGetDevicePointer(&device_word, word, 0));
+    done_device_ = static_cast<uint32_t*>(device_word);
   }
 }
 
@@ -65,7 +110,24 @@ void PlanArena::freeze(const PlanCapacity& capacity, const PlanShape& shape, int
 std::byte* PlanArena::begin_write() {
   current_ ^= 1;
   if (pending_[current_]) {
-    ATTNKIT_CUDA_CHECK(cudaEventSynchronize(uploaded_[current_]));
+    if (read_by_[current_] != 0) {  // marked by the stream's write
+      const uint32_t need = read_by_[current_];
+      std::chrono::steady_clock::time_point since;
+      for (int spins = 0; !finished(done_, need); ++spins) {
+        if (spins < 64) continue;
+        if (spins == 64) since = std::chrono::steady_clock::now();
+        std::this_thread::yield();  // the GPU is behind: do not hold the core
+        if (spins % 1024 == 0 && std::chrono::steady_clock::now() - since > std::chrono::milliseconds(100)) {
+          // Long behind, or the upload was captured into a graph and never ran: the stream is waited
+          // for (which reports a capture as an error), and then the write must be there.
+          ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+          ATTNKIT_CHECK(finished(done_, need), "planned plan: upload ", need, " out of staging buffer ", current_,
+                        " never completed on its stream");
+        }
+      }
+    } else {
+      ATTNKIT_CUDA_CHECK(cudaEventSynchronize(uploaded_[current_]));
+    }
     pending_[current_] = false;
   }
   return static_cast<std::byte*>(staging_[current_]);
@@ -78,7 +140,16 @@ void PlanArena::upload(size_t begin, size_t end, cudaStream_t stream) {
   ATTNKIT_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(device_) + begin,
                                      static_cast<const std::byte*>(staging_[current_]) + begin, end - begin,
                                      cudaMemcpyHostToDevice, stream));
-  ATTNKIT_CUDA_CHECK(cudaEventRecord(uploaded_[current_], stream));
+  read_by_[current_] = 0;
+  const uint32_t number = uploads_ + 1 == 0 ? 1 : uploads_ + 1;  // 0 stands for "marked by an event"
+  if (done_ != nullptr &&
+      write_value32()(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(done_device_), number, 0) ==
+          CUDA_SUCCESS) {
+    read_by_[current_] = uploads_ = number;
+    stream_ = stream;
+  } else {
+    ATTNKIT_CUDA_CHECK(cudaEventRecord(uploaded_[current_], stream));
+  }
   pending_[current_] = true;
 }
 
