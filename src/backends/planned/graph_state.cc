@@ -107,24 +107,28 @@ void PlanArena::freeze(const PlanCapacity& capacity, const PlanShape& shape, int
   frozen_ = true;
 }
 
+void PlanArena::wait_for_mark(uint32_t number) const {
+  for (int spin = 0; spin < 64; ++spin) {
+    if (finished(done_, number)) return;
+  }
+  const auto since = std::chrono::steady_clock::now();
+  while (!finished(done_, number)) {
+    std::this_thread::yield();  // the GPU is behind: do not hold the core
+    if (std::chrono::steady_clock::now() - since > std::chrono::milliseconds(100)) {
+      // Long behind, or the upload was captured into a graph and never ran: the stream is waited for
+      // (which reports a capture as an error), and then the mark must be there.
+      ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      ATTNKIT_CHECK(finished(done_, number), "planned plan: upload ", number, " never completed on its stream");
+      return;
+    }
+  }
+}
+
 std::byte* PlanArena::begin_write() {
   current_ ^= 1;
   if (pending_[current_]) {
-    if (read_by_[current_] != 0) {  // marked by the stream's write
-      const uint32_t need = read_by_[current_];
-      std::chrono::steady_clock::time_point since;
-      for (int spins = 0; !finished(done_, need); ++spins) {
-        if (spins < 64) continue;
-        if (spins == 64) since = std::chrono::steady_clock::now();
-        std::this_thread::yield();  // the GPU is behind: do not hold the core
-        if (spins % 1024 == 0 && std::chrono::steady_clock::now() - since > std::chrono::milliseconds(100)) {
-          // Long behind, or the upload was captured into a graph and never ran: the stream is waited
-          // for (which reports a capture as an error), and then the write must be there.
-          ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-          ATTNKIT_CHECK(finished(done_, need), "planned plan: upload ", need, " out of staging buffer ", current_,
-                        " never completed on its stream");
-        }
-      }
+    if (read_by_[current_] != 0) {
+      wait_for_mark(read_by_[current_]);
     } else {
       ATTNKIT_CUDA_CHECK(cudaEventSynchronize(uploaded_[current_]));
     }

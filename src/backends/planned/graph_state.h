@@ -56,6 +56,8 @@ class PlanArena {
  private:
   void allocate(const PlanCapacity& capacity, const PlanShape& shape, int num_variants);
   void release() noexcept;
+  // Until the stream has written upload `number`'s mark (spinning briefly, then yielding).
+  void wait_for_mark(uint32_t number) const;
 
   PlanCapacity capacity_;
   PlanLayout layout_;
