@@ -128,9 +128,12 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
       reinterpret_cast<int32_t*>(staging + layout.kv_page_indices));
   num_prefill_items_ = 0;
   if (!step) {
+    if (plan_scratch_.size() < layout.prefill_items) plan_scratch_.resize(layout.prefill_items);
     for (int v = 0; v < num_variants(); ++v) {
-      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), plan_shape_, v, staging);
+      const planned::DecodePlanView view =
+          planned::decode_view(layout, arena->capacity(), plan_shape_, v, plan_scratch_.data());
       stats_[v] = planned::plan_decode(batch, plan_shape_, windows_[static_cast<size_t>(v)], view);
+      planned::copy_decode_plan(layout, plan_shape_, v, stats_[v], plan_scratch_.data(), staging);
       if (timeline_) timeline_->set_plan(v, view.cta_item_indptr, view.items, head_reps_);
     }
     if (need.prefill_items > 0) {
@@ -149,7 +152,8 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
     last_.steps = 0;
     last_.max_steps = 0;
     if (can_step(batch)) {
-      const planned::DecodePlanView view = planned::decode_view(layout, arena->capacity(), plan_shape_, 0, staging);
+      const planned::DecodePlanView view =
+          planned::decode_view(layout, arena->capacity(), plan_shape_, 0, plan_scratch_.data());
       last_.max_steps = planned::max_steps_between_plans(plan_shape_, view, stats_[0]);
     }
   }

@@ -158,4 +158,13 @@ DecodePlanView decode_view(const PlanLayout& l, const PlanCapacity& c, const Pla
   return view;
 }
 
+void copy_decode_plan(const PlanLayout& l, const PlanShape& shape, int v, const DecodePlanStats& st,
+                      const std::byte* from, std::byte* to) {
+  auto copy = [&](size_t offset, size_t bytes) { std::memcpy(to + offset, from + offset, bytes); };
+  copy(l.cta_item_indptr[v], (static_cast<size_t>(shape.num_ctas) + 1) * sizeof(int32_t));
+  copy(l.num_merges[v], sizeof(int32_t));
+  copy(l.merges[v], static_cast<size_t>(st.num_merges) * sizeof(DecodeMergeItem));
+  copy(l.decode_items[v], static_cast<size_t>(st.num_items) * sizeof(DecodeWorkItem));
+}
+
 }  // namespace attnkit::planned

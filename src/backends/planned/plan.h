@@ -144,4 +144,9 @@ void write_batch_arrays(const ForwardBatch& batch, const PlanLayout& layout, std
 DecodePlanView decode_view(const PlanLayout& layout, const PlanCapacity& capacity, const PlanShape& shape, int v,
                            std::byte* staging);
 
+// Copies the used part of variant v's decode plan (its CTA bounds, merges and items, as `stats`
+// counts them) from `from` to `to`, both laid out by `layout`.
+void copy_decode_plan(const PlanLayout& layout, const PlanShape& shape, int v, const DecodePlanStats& stats,
+                      const std::byte* from, std::byte* to);
+
 }  // namespace attnkit::planned
