@@ -47,7 +47,10 @@ void check_indptr(const char* field, const std::vector<T>& indptr, size_t expect
   ATTNKIT_CHECK(indptr.size() == expected_size, "batch: ", field, " must have ", expected_size,
                 " entries (batch_size + 1), got ", indptr.size());
   ATTNKIT_CHECK(indptr.empty() || indptr[0] == 0, "batch: ", field, "[0] must be 0, got ", indptr[0]);
-  for (size_t i = 1; i < indptr.size(); ++i) {
+  // Branch-free first (it vectorises); the loop that names the first decrease only where one is.
+  int decreases = 0;
+  for (size_t i = 1; i < indptr.size(); ++i) decreases |= indptr[i] < indptr[i - 1];
+  for (size_t i = decreases == 0 ? indptr.size() : 1; i < indptr.size(); ++i) {
     ATTNKIT_CHECK(indptr[i] >= indptr[i - 1], "batch: ", field, " must not decrease, but ", field, "[", i, "] = ",
                   indptr[i], " < ", field, "[", i - 1, "] = ", indptr[i - 1]);
   }
@@ -91,6 +94,42 @@ void throw_first_out_of_range(const std::vector<int32_t>& indices, int num_pages
   }
 }
 
+// The custom masks' indptr and sizes against the batch's lengths.
+void check_custom_mask(const ForwardBatch& b) {
+  if (!b.custom_mask_indptr.empty()) {
+    check_indptr("custom_mask_indptr", b.custom_mask_indptr, static_cast<size_t>(b.batch_size()) + 1);
+    ATTNKIT_CHECK(static_cast<size_t>(b.custom_mask_indptr.back()) == b.custom_mask.size(),
+                  "batch: custom_mask must have custom_mask_indptr.back() (", b.custom_mask_indptr.back(),
+                  ") entries, got ", b.custom_mask.size());
+    for (int i = 0; i < b.batch_size(); ++i) {
+      const int64_t size = b.custom_mask_indptr[i + 1] - b.custom_mask_indptr[i];
+      ATTNKIT_CHECK(size == 0 || size == int64_t{b.qo_len(i)} * b.kv_len(i), "batch: request ", i,
+                    "'s custom mask must have qo_len * kv_len (", int64_t{b.qo_len(i)} * b.kv_len(i), ") entries, got ", size);
+    }
+  } else {
+    ATTNKIT_CHECK(b.custom_mask.empty(), "batch: custom_mask is set but custom_mask_indptr is empty");
+  }
+}
+
+// Whether every request's lengths agree and its new token's slot is its page table's, for a batch
+// of one new token a request with at least one page each (a decode batch: the slot is the last
+// page's last one, no division), checked without a branch a request so that it vectorises; false
+// sends the caller to the checks that name what is wrong. Callers have checked the arrays' sizes.
+__attribute__((target_clones("avx512f", "avx2", "default"))) bool decode_requests_agree(
+    int n, int page_size, const int32_t* qo, const int32_t* kvp, const int32_t* last_len, const int32_t* prefix,
+    const int32_t* pages, const int64_t* loc) {
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const int num_pages = kvp[i + 1] - kvp[i], last = last_len[i];
+    bad |= (num_pages < 1) | (last < 1) | (last > page_size) | (qo[i + 1] - qo[i] != 1) | (prefix[i] < 0);
+    bad |= (num_pages - 1) * page_size + last != prefix[i] + 1;
+    const int at = kvp[i + 1] - 1;  // the last page's entry (a request without pages is bad already)
+    const int32_t entry = pages[at < 0 ? 0 : at];
+    bad |= loc[i] != int64_t{entry} * page_size + (last - 1);
+  }
+  return bad == 0;
+}
+
 }  // namespace
 
 void ForwardBatch::validate(const KvCacheConfig& cache) const {
@@ -124,6 +163,14 @@ void ForwardBatch::validate_except_page_range(const KvCacheConfig& cache) const 
                 prefix_lens.size());
   ATTNKIT_CHECK(out_cache_loc.size() == static_cast<size_t>(num_tokens()), "batch: out_cache_loc must have num_tokens (",
                 num_tokens(), ") entries, got ", out_cache_loc.size());
+  // One new token a request (qo_indptr[i] == i) with a page each: the fast check, and the full one
+  // only where it fails, to name the problem.
+  const bool one_token_each = num_tokens() == batch_size();
+  if (one_token_each && !kv_page_indices.empty() &&
+      decode_requests_agree(batch_size(), page_size, qo_indptr.data(), kv_page_indptr.data(), kv_last_page_len.data(),
+                            prefix_lens.data(), kv_page_indices.data(), out_cache_loc.data())) {
+    return check_custom_mask(*this);
+  }
   for (int i = 0; i < batch_size(); ++i) {
     const int last = kv_last_page_len[i];
     if (num_pages(i) == 0) {
@@ -151,19 +198,7 @@ void ForwardBatch::validate_except_page_range(const KvCacheConfig& cache) const 
                     out_cache_loc[t]);
     }
   }
-  if (!custom_mask_indptr.empty()) {
-    check_indptr("custom_mask_indptr", custom_mask_indptr, n + 1);
-    ATTNKIT_CHECK(static_cast<size_t>(custom_mask_indptr.back()) == custom_mask.size(),
-                  "batch: custom_mask must have custom_mask_indptr.back() (", custom_mask_indptr.back(),
-                  ") entries, got ", custom_mask.size());
-    for (int i = 0; i < batch_size(); ++i) {
-      const int64_t size = custom_mask_indptr[i + 1] - custom_mask_indptr[i];
-      ATTNKIT_CHECK(size == 0 || size == int64_t{qo_len(i)} * kv_len(i), "batch: request ", i,
-                    "'s custom mask must have qo_len * kv_len (", int64_t{qo_len(i)} * kv_len(i), ") entries, got ", size);
-    }
-  } else {
-    ATTNKIT_CHECK(custom_mask.empty(), "batch: custom_mask is set but custom_mask_indptr is empty");
-  }
+  check_custom_mask(*this);
 }
 
 ForwardBatch build_batch(KvCache& cache, const std::vector<RequestStep>& steps) {

@@ -156,5 +156,35 @@ TEST_F(ValidateTest, PageSizeMismatch) {
   expect_error("batch: page_size must match the cache's (4), got 8");
 }
 
+// A batch of one new token a request takes a branch-free check first; every fault it finds must
+// still be named as the full check names it, and one it passes must pass the full check.
+TEST(ValidateBatch, OneTokenEachFaultsAreNamed) {
+  KvCache cache(config(32, 4));
+  const ForwardBatch good = build_batch(cache, {{.id = -1, .prefix_len = 5, .num_new_tokens = 1, .custom_mask = {}},
+                                                {.id = -1, .prefix_len = 0, .num_new_tokens = 1, .custom_mask = {}},
+                                                {.id = -1, .prefix_len = 11, .num_new_tokens = 1, .custom_mask = {}}});
+  EXPECT_NO_THROW(good.validate(cache.config()));
+  auto expect = [&](const std::function<void(ForwardBatch&)>& spoil, const std::string& message) {
+    ForwardBatch b = good;
+    spoil(b);
+    try {
+      b.validate(cache.config());
+      ADD_FAILURE() << "no error, expected: " << message;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), message);
+    }
+  };
+  expect([](ForwardBatch& b) { b.out_cache_loc[2] += 1; },
+         "batch: out_cache_loc[2] must be " + std::to_string(good.out_cache_loc[2]) +
+             " (the page table's slot for request 2 position 11), got " + std::to_string(good.out_cache_loc[2] + 1));
+  expect([](ForwardBatch& b) { b.kv_last_page_len[1] = 5; }, "batch: kv_last_page_len[1] must be in 1..4, got 5");
+  expect([](ForwardBatch& b) { b.prefix_lens[0] = -1; }, "batch: prefix_lens[0] must be >= 0, got -1");
+  expect([](ForwardBatch& b) { b.prefix_lens[2] = 10; },
+         "batch: request 2 has kv_len 12 from its page table, but prefix_lens + qo_len = 10 + 1");
+  expect([](ForwardBatch& b) { std::swap(b.kv_page_indptr[1], b.kv_page_indptr[2]); },
+         "batch: kv_page_indptr must not decrease, but kv_page_indptr[2] = 2 < kv_page_indptr[1] = 3");
+  expect([](ForwardBatch& b) { b.kv_page_indices[4] = 40; }, "batch: kv_page_indices[4] must be in 0..31, got 40");
+}
+
 }  // namespace
 }  // namespace attnkit
