@@ -228,20 +228,14 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
   const int n = batch.batch_size();
   // The visible KV positions [lo, kv_len) of request i, or lo == kv_len when it is not planned
   // here (an extend request, or no history).
-  // The batch's arrays through plain pointers: held in registers across the item stores, which
-  // the compiler must otherwise assume may change the vectors they sit in.
-  const int32_t *qo = batch.qo_indptr.data(), *kvp = batch.kv_page_indptr.data();
-  const int32_t* last_len = batch.kv_last_page_len.data();
-  const int page_size = batch.page_size;
   auto visible = [&](int i, int& lo) {
-    const int pages = kvp[i + 1] - kvp[i];
-    const int kv_len = pages == 0 ? 0 : (pages - 1) * page_size + last_len[i];
-    lo = qo[i + 1] - qo[i] == 1 ? decode_kv_begin(kv_len, window_left) : kv_len;
+    const int kv_len = batch.kv_len(i);
+    lo = batch.qo_len(i) == 1 ? decode_kv_begin(kv_len, window_left) : kv_len;
     return kv_len;
   };
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
-    if (qo[i + 1] - qo[i] != 1) continue;
+    if (batch.qo_len(i) != 1) continue;
     int lo;
     const int kv_len = visible(i, lo);
     total += int64_t{kv_len - lo + kItemCost};
@@ -262,12 +256,11 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
     if (lo >= kv_len) continue;  // not a decode request, or nothing to read: no items
     const int64_t whole_cost = int64_t{kv_len - lo} + kItemCost;
     // The unit of KV head 0, slice 0 as one item; the others differ in those two fields only.
-    const DecodeWorkItem first{qo[i], i, kvp[i], 0, 0, lo, kv_len, -1, -1, 1, {0, 0}};
+    const DecodeWorkItem first{batch.qo_indptr[i], i, batch.kv_page_indptr[i], 0, 0, lo, kv_len, -1, -1, 1, {0, 0}};
     auto unit = [&](int j) {  // unit j of the request (units go slice by slice, KV head by KV head)
       DecodeWorkItem whole = first;
-      // One slice a KV head (a group of at most kDecodeRows heads) needs no division.
-      whole.kv_head_idx = num_slices == 1 ? j : j / num_slices;
-      whole.row_begin = num_slices == 1 ? 0 : j % num_slices * kDecodeRows;
+      whole.kv_head_idx = j / num_slices;
+      whole.row_begin = j % num_slices * kDecodeRows;
       return whole;
     };
     for (int u = 0; u < units;) {
