@@ -8,6 +8,8 @@
 # makes one). Shapes are bench/peers/shapes.py names (default: every decode shape). JSON per round and
 # the table go to $OUT (or ./out). AB_TESTS="x_tests y_tests": run those test executables of
 # DIST_A/tests first with DIST_B's library (a B that keeps A's interface is then tested too).
+# AB_ENV_A / AB_ENV_B: environment assignments for one side's runs (one build, two settings:
+# DIST_A and DIST_B may then be the same folder).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,10 +46,10 @@ done
 
 for ((r = 0; r < rounds; ++r)); do
   for side in a b; do
-    dist=$dist_a
-    [[ $side == b ]] && dist=$dist_b
+    dist=$dist_a side_env=${AB_ENV_A:-}
+    [[ $side == b ]] && dist=$dist_b side_env=${AB_ENV_B:-}
     # The build's own library first: LD_LIBRARY_PATH outranks the binaries' RUNPATH.
-    LD_LIBRARY_PATH="$root/$dist/lib${cublas_dirs:+:$cublas_dirs}" \
+    env $side_env LD_LIBRARY_PATH="$root/$dist/lib${cublas_dirs:+:$cublas_dirs}" \
       python3 bench/run_attnkit.py --tool "$dist/attnkit" --json "$out/ab-$side-$r.json" \
       --backends "$backend" --shapes "${shapes[@]}" --max-seconds "${BENCH_MAX_SECONDS:-5}" >/dev/null ||
       echo "device-ab: $dist round $r FAILED"
