@@ -50,7 +50,8 @@ void check_indptr(const char* field, const std::vector<T>& indptr, size_t expect
   // Branch-free first (it vectorises); the loop that names the first decrease only where one is.
   int decreases = 0;
   for (size_t i = 1; i < indptr.size(); ++i) decreases |= indptr[i] < indptr[i - 1];
-  for (size_t i = decreases == 0 ? indptr.size() : 1; i < indptr.size(); ++i) {
+  if (decreases == 0) return;
+  for (size_t i = 1; i < indptr.size(); ++i) {
     ATTNKIT_CHECK(indptr[i] >= indptr[i - 1], "batch: ", field, " must not decrease, but ", field, "[", i, "] = ",
                   indptr[i], " < ", field, "[", i - 1, "] = ", indptr[i - 1]);
   }

@@ -128,7 +128,7 @@ void PlannedBackend::plan(const ForwardBatch& batch) {
       reinterpret_cast<int32_t*>(staging + layout.kv_page_indices));
   num_prefill_items_ = 0;
   if (!step) {
-    if (plan_scratch_.size() < layout.prefill_items) plan_scratch_.resize(layout.prefill_items);
+    if (plan_scratch_.size() < layout.decode_sections_end()) plan_scratch_.resize(layout.decode_sections_end());
     for (int v = 0; v < num_variants(); ++v) {
       const planned::DecodePlanView view =
           planned::decode_view(layout, arena->capacity(), plan_shape_, v, plan_scratch_.data());

@@ -130,6 +130,9 @@ struct PlanLayout {
   size_t page_table_entries = 0;
   size_t total_bytes = 0;
   size_t used_bytes(size_t table_entries) const { return kv_page_indices + table_entries * sizeof(int32_t); }
+  // The end of the decode variants' sections (the extend items come next): a buffer laid out like
+  // the staging one needs this many bytes to hold every decode plan.
+  size_t decode_sections_end() const { return prefill_items; }
 };
 PlanLayout make_layout(const PlanCapacity& capacity, const PlanShape& shape, int num_variants);
 
