@@ -153,9 +153,37 @@ TEST(PlannedPlan, RandomBatchesShapesAndWindows) {
     const int group = std::vector<int>{1, 4, 8, 24, 32}[static_cast<size_t>(trial % 5)];
     const int ctas = std::vector<int>{1, 7, 132, 264}[static_cast<size_t>(trial % 4)];
     const int window = trial % 4 == 1 ? std::uniform_int_distribution<int>(0, 300)(rng) : -1;
-    const PlanShape s = shape(group * kv_heads, kv_heads, ctas);
+    PlanShape s = shape(group * kv_heads, kv_heads, ctas);
+    s.all_wait_joins = trial % 2 == 1;
     SCOPED_TRACE("trial " + std::to_string(trial));
     check_plan(b, s, window, run_plan(b, s, window));
+  }
+}
+
+// One request over one share's CTAs (llama3-8b heads on 392 CTAs: 8 shares of one KV head on 49):
+// where the plan allows it, its one wide split is joined by all its CTAs in one level; a short
+// batch after it leaves the long request's last chunk on a CTA with more items, which only counts.
+TEST(PlannedPlan, WideSplitJoinedByAllItsCtas) {
+  for (const bool more : {false, true}) {
+    std::vector<std::pair<int, int>> reqs = {{32768, 1}};
+    if (more) reqs.insert(reqs.end(), 8, {300, 1});
+    const ForwardBatch b = make_batch(reqs, 16);
+    PlanShape s = shape(4, 1, 49);
+    s.all_wait_joins = true;
+    const Planned p = run_plan(b, s, -1);
+    SCOPED_TRACE(more ? "with short requests" : "alone");
+    check_plan(b, s, -1, p);
+    ASSERT_GE(p.stats.num_merges, 1);
+    const DecodeMergeItem& m = p.view.merges[0];
+    EXPECT_EQ(m.all_wait, 1);
+    EXPECT_EQ(m.next_merge, -1);
+    EXPECT_GT(m.num_partials, 40) << "the split spreads over most of the 49 CTAs";
+    EXPECT_EQ(p.stats.num_partials, m.num_partials) << "no group partials";
+    s.all_wait_joins = false;
+    const Planned two = run_plan(b, s, -1);
+    check_plan(b, s, -1, two);
+    EXPECT_EQ(two.view.merges[0].all_wait, 0);
+    EXPECT_EQ(two.view.merges[0].next_merge, two.stats.num_merges - 1) << "two levels without it";
   }
 }
 

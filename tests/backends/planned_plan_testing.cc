@@ -144,10 +144,26 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
     ASSERT_EQ(slot_owner[static_cast<size_t>(mi.out_partial)], -1) << "partial slot " << mi.out_partial << " written twice";
     slot_owner[static_cast<size_t>(mi.out_partial)] = -2 - m;
   }
-  int merged = 0;
+  int merged = 0, all_wait = 0;
   for (int m = 0; m < st.num_merges; ++m) {
     const DecodeMergeItem& mi = p.view.merges[m];
     ASSERT_GE(mi.num_partials, 2);
+    if (mi.all_wait != 0) {
+      // Joined by all its CTAs at once: only where the plan allows it, one level, and every chunk
+      // but the last its CTA's last item (a CTA waits there for the others; waiting earlier would
+      // hold up its own later items, and could wait on CTAs that wait on it).
+      ASSERT_TRUE(s.all_wait_joins) << "merge " << m;
+      ++all_wait;
+      ASSERT_EQ(mi.next_merge, -1) << "merge " << m;
+      ASSERT_GT(mi.num_partials, kJoinFanIn) << "merge " << m;
+      for (int k = 0; k + 1 < mi.num_partials; ++k) {
+        const int owner = slot_owner[static_cast<size_t>(mi.partial_begin + k)];
+        ASSERT_GE(owner, 0) << "merge " << m << " waits on a partial no item writes";
+        const int32_t* ends = p.view.cta_item_indptr.data() + 1;
+        EXPECT_TRUE(std::binary_search(ends, ends + s.num_ctas, owner + 1))
+            << "merge " << m << ": chunk item " << owner << " is not its CTA's last";
+      }
+    }
     if (mi.next_merge >= 0) {
       ASSERT_LE(mi.num_partials, kJoinFanIn) << "first-level merge " << m << " takes more than one round";
     }
@@ -171,6 +187,7 @@ void check_plan(const ForwardBatch& b, const PlanShape& s, int window_left, cons
     }
   }
   EXPECT_EQ(merged, st.num_partials) << "a partial slot no merge reads";
+  EXPECT_EQ(all_wait, st.num_all_wait) << "the stats' count decides the cooperative launch";
 }
 
 }  // namespace attnkit::planned::plan_testing

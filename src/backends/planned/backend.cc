@@ -4,6 +4,8 @@
 #include "backends/planned/backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "attnkit/registry.h"
 #include "backends/planned/kernels/decode.h"
@@ -56,6 +58,10 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
     ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(shape_.head_dim, likely_q, c.dtype));
   }
   shape_.num_ctas = planned::decode_grid_ctas(cuda::device_info().num_sms * ctas_per_sm, shape_.num_kv_heads);
+  // Wide splits joined by all their CTAs in a cooperative launch; ATTNKIT_DECODE_ALL_WAIT=0 keeps
+  // the two-level joins and the plain launch (an A/B switch, read once here).
+  const char* all_wait = std::getenv("ATTNKIT_DECODE_ALL_WAIT");
+  shape_.all_wait_joins = !(all_wait != nullptr && std::strcmp(all_wait, "0") == 0);
   head_reps_ = planned::plan_head_reps(shape_);
   plan_shape_ = planned::share_shape(shape_, head_reps_);
 
@@ -284,6 +290,8 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.merges = merge ? active_->device<planned::DecodeMergeItem>(l.merges[var]) : nullptr;
   dec.merge_counters = static_cast<int32_t*>(merge_counters_.data());
   dec.num_ctas = shape_.num_ctas;
+  // Cooperative only where a plan needs it (a captured graph may replay any plan).
+  dec.cooperative = shape_.all_wait_joins && (graph || stats_[var].num_all_wait > 0) ? 1 : 0;
   dec.num_qo_heads = spec.num_qo_heads;
   dec.num_kv_heads = spec.num_kv_heads;
   dec.head_dim = spec.head_dim_qk;

@@ -38,6 +38,9 @@ struct PlanShape {
   int num_kv_heads = 0;
   int head_dim = 0;
   int num_ctas = 0;  // the persistent decode grid: SMs x resident CTAs an SM
+  // Wide splits may be joined by all their CTAs at once (DecodeMergeItem::all_wait): the decode
+  // kernel is launched cooperatively.
+  bool all_wait_joins = false;
   int group_size() const { return num_qo_heads / num_kv_heads; }
   // Query-head slices of kDecodeRows a group is cut into (1 unless a group has more than 8 heads).
   int num_slices() const { return (group_size() + kDecodeRows - 1) / kDecodeRows; }
@@ -70,6 +73,7 @@ struct DecodePlanStats {
   int num_items = 0;
   int num_merges = 0;
   int num_partials = 0;
+  int num_all_wait = 0;  // merges with all_wait set: the launch must be cooperative
   int num_decode_requests = 0;
   int64_t total_cost = 0;    // sum of item costs (positions + kItemCost each)
   int64_t max_cta_cost = 0;  // the busiest CTA's

@@ -123,6 +123,7 @@ struct UnitCutter {
   std::span<DecodeMergeItem> merges;
   DecodePlanStats& st;
   int group, num_ctas;
+  bool all_wait_joins;
 
   // Cuts `whole` (the unit as one item) into chunks on the open CTA and the next ones, closing
   // the CTAs it fills. Each cut adds a chunk (and its fixed cost): the budget allows for the most
@@ -170,11 +171,26 @@ struct UnitCutter {
     if (count > 1) join(first, count, whole);
   }
 
+  // Whether chunks first + 1 .. first + count - 1 each begin a CTA (the CTAs closed so far and
+  // the open one), so that every chunk before them ends one.
+  bool ends_ctas(size_t first, int count) const {
+    const int32_t* begin = ctas.cta_begin;
+    const int32_t* end = begin + ctas.cta + 1;
+    for (int k = 1; k < count; ++k) {
+      if (!std::binary_search(begin, end, static_cast<int32_t>(first) + k)) return false;
+    }
+    return true;
+  }
+
   // Gives a split unit's `count` chunks from `first` their partial slots and merge items: the
   // chunks' partials, then (two levels) the group partials; the first-level merges, then the one
   // that writes the output.
   void join(size_t first, int count, const DecodeWorkItem& whole) {
-    const int groups = join_groups(count);
+    // A wide split whose chunks but the last each end their CTA may be joined by all its CTAs at
+    // once, in one level (DecodeMergeItem::all_wait): a CTA that waits for the others then holds
+    // up nothing of its own. The last chunk's CTA, open or not, only counts.
+    const bool all_wait = all_wait_joins && count > kJoinFanIn && ends_ctas(first, count);
+    const int groups = all_wait ? 0 : join_groups(count);
     const int32_t base = st.num_partials, merge_base = st.num_merges;
     st.num_partials += count + groups;
     ATTNKIT_CHECK(static_cast<size_t>(st.num_merges + groups + 1) <= merges.size(), "planned plan: more than ",
@@ -195,6 +211,8 @@ struct UnitCutter {
     DecodeMergeItem m = head;
     m.partial_begin = groups > 0 ? group_base : base;
     m.num_partials = groups > 0 ? groups : count;
+    m.all_wait = all_wait ? 1 : 0;
+    st.num_all_wait += m.all_wait;
     merges[static_cast<size_t>(st.num_merges++)] = m;
     if (!chunks.written(first + static_cast<size_t>(count))) return;
     // Chunk k's partial, and the merge that joins it: its group's, or the only one.
@@ -245,7 +263,8 @@ DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, i
 
   // One pass: units are cut into chunks on CTAs; CTA c's first chunk is cta_item_indptr[c].
   UnitCutter cutter{CtaShares(total + int64_t{num_ctas - 1} * kItemCost, num_ctas, out.cta_item_indptr.data()),
-                    ChunkList{out.items.data(), out.items.size(), 0}, out.merges, st, shape.group_size(), num_ctas};
+                    ChunkList{out.items.data(), out.items.size(), 0}, out.merges, st, shape.group_size(), num_ctas,
+                    shape.all_wait_joins};
   // The open CTA's load and end, and the chunk list, as the loop over whole units keeps them;
   // the cutter's copies are brought up to date around each cut.
   int64_t load = 0, target = cutter.ctas.target;

@@ -3,6 +3,7 @@
 #include "backends/planned/kernels/decode_kernel.cuh"
 
 #include "cuda/check.h"
+#include "cuda/memory.h"
 
 namespace attnkit::planned {
 
@@ -34,17 +35,29 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
   // launch while the store runs, and waits for it (griddepcontrol.wait) before its first cache
   // read; the launch latency is hidden. Only the plan is read before that wait, so any kernel
   // could come before; after other kernels it measured no faster on the H200 (0.995-1.000).
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = p.new_k == nullptr ? 1 : 0;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = p.new_k == nullptr ? 1 : 0;
+  // Cooperative (every CTA resident at once, or the launch fails) where asked for and this
+  // instance's residency holds the grid: then all_wait merges may wait on other CTAs.
+  static const int resident = [] {
+    int device = 0, supported = 0;
+    ATTNKIT_CUDA_CHECK(cudaGetDevice(&device));
+    ATTNKIT_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrCooperativeLaunch, device));
+    return supported != 0 ? ctas_per_sm<C>() * cuda::device_info().num_sms : 0;
+  }();
+  DecodeParams run = p;
+  run.cooperative = p.cooperative != 0 && p.num_ctas <= resident ? 1 : 0;
+  attrs[1].id = cudaLaunchAttributeCooperative;
+  attrs[1].val.cooperative = run.cooperative;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(p.num_ctas));
   config.blockDim = dim3(C::kThreads);
   config.dynamicSmemBytes = C::kSmemBytes;
   config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  ATTNKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_kernel<C>, p));
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  ATTNKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_kernel<C>, run));
   ATTNKIT_CUDA_CHECK_LAUNCH("planned decode_kernel [", p.num_ctas, " CTAs, ", p.num_qo_heads, " q / ",
                             p.num_kv_heads, " kv heads, head_dim ", p.head_dim, ", page_size ", p.page_size, ", q ",
                             dtype_name(p.q_dtype), ", kv ", dtype_name(p.kv_dtype), "]");

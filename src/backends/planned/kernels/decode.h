@@ -55,7 +55,10 @@ struct DecodeMergeItem {
   int32_t num_partials;
   int32_t next_merge;     // -1: the join writes the output; else it writes partial out_partial,
   int32_t out_partial;    // which merge item next_merge then joins
-  int32_t reserved;
+  // 1: a wide split whose chunks but the last are each their CTA's last item. In a cooperative
+  // launch those CTAs wait for every partial and each joins a slice of the output (the joins'
+  // loads spread over the split's SMs, one level); otherwise the last to count joins them all.
+  int32_t all_wait;
 };
 
 struct DecodeParams {
@@ -102,6 +105,9 @@ struct DecodeParams {
   unsigned long long* timeline = nullptr;
 
   int num_ctas = 0;    // the persistent grid: fixed, so a captured graph replays any plan
+  // 1: launched cooperatively (every CTA resident at once), so all_wait merges may wait; set by
+  // launch_decode where the instance's residency allows, from a request for it here.
+  int cooperative = 0;
   int num_qo_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;    // 64, 128 or 256
