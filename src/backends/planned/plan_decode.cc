@@ -234,7 +234,7 @@ struct UnitCutter {
 // an item's cost for each of the 263 cuts there can be, so each CTA's share is about 8,630: a CTA
 // takes short units whole or about one long one, and a unit is cut only where a share ends. One
 // request of 32768 (8 units) gives shares of about 1,190: 33 chunks of 992-1,008 positions a unit
-// (the last shorter), joined in two levels.
+// (the last shorter), joined by all their CTAs (in a cooperative launch) or else in two levels.
 DecodePlanStats plan_decode(const ForwardBatch& batch, const PlanShape& shape, int window_left, DecodePlanView out) {
   DecodePlanStats st;
   const int num_ctas = shape.num_ctas;

@@ -44,7 +44,8 @@ struct DecodeWorkItem {
 // of consecutive partials into group partials, then those into the output, so the CTA that finishes
 // last waits for two rounds of loads instead of one a dozen partials. (A split of more than
 // kJoinFanIn^2 chunks, possible with one KV head, has more groups than that; its last join takes
-// them kJoinFanIn at a time.)
+// them kJoinFanIn at a time.) Where the split's CTAs may all wait for it (all_wait below), it is
+// joined in one level by all of them instead.
 inline constexpr int kJoinFanIn = 12;
 
 struct DecodeMergeItem {
