@@ -84,17 +84,15 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
   // ahead's key rows and vals' value rows [k0, k0 + kTok) as one run of 64-byte lines each, a KV
   // head's share of both asked for at a time.
   const int k_row_lines = 2 * ahead.k_len / 64, v_row_lines = 2 * vals.v_len / 64;
-  const int k_lines = std::clamp(ahead.n - k0, 0, kTok) * k_row_lines;
-  const int v_lines = std::clamp(vals.n - k0, 0, kTok) * v_row_lines;
-  // Lines [begin, end) of rows[0], rows[1], ... of row_lines lines each, a row's piece at a time.
+  const int k_lines = (k0 + kTok <= ahead.n ? kTok : std::max(ahead.n - k0, 0)) * k_row_lines;
+  const int v_lines = (k0 + kTok <= vals.n ? kTok : std::max(vals.n - k0, 0)) * v_row_lines;
+  // Lines [begin, end) of rows[k0], rows[k0 + 1], ... of row_lines lines each (one division a share).
   auto ask = [](const uint16_t* const* rows, int row_lines, int begin, int end) {
     if (begin >= end) return;
-    int row = begin / row_lines;
-    for (int l = begin; l < end; ++row) {
-      const int line = l - row * row_lines, take = std::min(end - l, row_lines - line);
-      const char* base = reinterpret_cast<const char*>(rows[row]) + line * 64;
-      for (int i = 0; i < take; ++i) __builtin_prefetch(base + i * 64, 0, 1);
-      l += take;
+    int row = begin / row_lines, line = begin - row * row_lines;
+    for (int l = begin; l < end; ++l) {
+      __builtin_prefetch(reinterpret_cast<const char*>(rows[row]) + line * 64, 0, 1);
+      if (++line == row_lines) line = 0, ++row;
     }
   };
   for (int j = 0; j < num_kv_heads; ++j) {
