@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "attnkit/registry.h"
 #include "harness/check.h"
@@ -111,8 +113,8 @@ std::vector<harness::CheckCase> own_cases() {
   }
   {
     // Split into more chunks than one join round takes (a few hundred positions a CTA): joined
-    // in two levels, the sinks added at the second.
-    auto c = decode_case("sinks, long split joined in two levels", heads(8, 2, 128), {24000, 7});
+    // by all its CTAs (a cooperative launch) or in two levels, the sinks added at the end.
+    auto c = decode_case("sinks, long split", heads(8, 2, 128), {24000, 7});
     c.spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, -3.0f, 1.5f, 8.0f, -0.5f};
     cases.push_back(c);
   }
@@ -122,7 +124,8 @@ std::vector<harness::CheckCase> own_cases() {
     cases.push_back(decode_case("8 KV heads, long splits in every share", heads(32, 8, 128), {20000, 5, 3000}));
   }
   {
-    // One KV head: one split of hundreds of chunks, whose last join takes its groups in rounds.
+    // One KV head: one split of hundreds of chunks, joined by all its CTAs (a cooperative launch)
+    // or in two levels whose last join takes its groups in rounds.
     auto c = decode_case("MQA, one split of hundreds of chunks", heads(8, 1, 128), {60000, 3});
     cases.push_back(c);
   }
@@ -160,6 +163,24 @@ TEST_P(PlannedDecode, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OwnCases, PlannedDecode, ::testing::Range(0, static_cast<int>(own_cases().size())));
+
+// Wide splits' all-wait merges in a plain launch (as where an instance's residency is below the
+// grid): the last CTA to count joins all the partials, kJoinFanIn at a time.
+TEST(PlannedDecodeAllWait, LastToCountJoinsThemInAPlainLaunch) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  setenv("ATTNKIT_DECODE_ALL_WAIT", "plain", 1);
+  int ran = 0;
+  for (const harness::CheckCase& c : own_cases()) {
+    if (c.label.find("long split") == std::string::npos && c.label.find("hundreds of chunks") == std::string::npos) {
+      continue;
+    }
+    SCOPED_TRACE(c.label);
+    expect_passes(c);
+    ++ran;
+  }
+  unsetenv("ATTNKIT_DECODE_ALL_WAIT");
+  EXPECT_EQ(ran, 3);
+}
 
 // The standard table's cases with a request of one new token (decode and mixed batches).
 TEST(PlannedDecodeStandard, DecodeAndMixedCases) {

@@ -58,10 +58,14 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
     ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(shape_.head_dim, likely_q, c.dtype));
   }
   shape_.num_ctas = planned::decode_grid_ctas(cuda::device_info().num_sms * ctas_per_sm, shape_.num_kv_heads);
-  // Wide splits joined by all their CTAs in a cooperative launch; ATTNKIT_DECODE_ALL_WAIT=0 keeps
-  // the two-level joins and the plain launch (an A/B switch, read once here).
+  // Wide splits joined by all their CTAs in a cooperative launch. ATTNKIT_DECODE_ALL_WAIT (read
+  // once here): 0 keeps the two-level joins and plain launches (an A/B switch); `plain` plans the
+  // all-wait merges but launches plainly, so the last CTA to count joins them (what an instance
+  // whose residency is below the grid does; tests reach that path with it).
   const char* all_wait = std::getenv("ATTNKIT_DECODE_ALL_WAIT");
-  shape_.all_wait_joins = !(all_wait != nullptr && std::strcmp(all_wait, "0") == 0);
+  const bool off = all_wait != nullptr && std::strcmp(all_wait, "0") == 0;
+  shape_.all_wait_joins = !off;
+  cooperative_ = !off && !(all_wait != nullptr && std::strcmp(all_wait, "plain") == 0);
   head_reps_ = planned::plan_head_reps(shape_);
   plan_shape_ = planned::share_shape(shape_, head_reps_);
 
@@ -291,7 +295,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   dec.merge_counters = static_cast<int32_t*>(merge_counters_.data());
   dec.num_ctas = shape_.num_ctas;
   // Cooperative only where a plan needs it (a captured graph may replay any plan).
-  dec.cooperative = shape_.all_wait_joins && (graph || stats_[var].num_all_wait > 0) ? 1 : 0;
+  dec.cooperative = cooperative_ && (graph || stats_[var].num_all_wait > 0) ? 1 : 0;
   dec.num_qo_heads = spec.num_qo_heads;
   dec.num_kv_heads = spec.num_kv_heads;
   dec.head_dim = spec.head_dim_qk;

@@ -69,6 +69,7 @@ class PlannedBackend final : public AttentionBackend {
   planned::PlanShape shape_;       // the model's heads and the whole decode grid
   planned::PlanShape plan_shape_;  // one share of shape_'s KV heads and CTAs: what plans cover
   int head_reps_ = 1;              // shares: shape_.num_ctas / plan_shape_.num_ctas
+  bool cooperative_ = false;       // decode launches may be cooperative (all_wait merges wait)
   std::vector<int> windows_;        // distinct window_left values; the plan has one variant each
   std::vector<int> layer_variant_;  // [num_layers] index into windows_
   std::vector<char> layer_sinks_;   // [num_layers] 1 where the layer has sinks
