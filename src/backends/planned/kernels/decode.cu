@@ -2,6 +2,8 @@
 // switch), shared-memory opt-in, occupancy for the planner, and the checked launch.
 #include "backends/planned/kernels/decode_kernel.cuh"
 
+#include <atomic>
+
 #include "cuda/check.h"
 #include "cuda/memory.h"
 
@@ -46,8 +48,11 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
     ATTNKIT_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrCooperativeLaunch, device));
     return supported != 0 ? ctas_per_sm<C>() * cuda::device_info().num_sms : 0;
   }();
+  // Where the driver refuses the grid as too large for a cooperative launch (fewer SMs than the
+  // device reports, as under MPS), this instance launches plainly from then on.
+  static std::atomic<bool> refused{false};
   DecodeParams run = p;
-  run.cooperative = p.cooperative != 0 && p.num_ctas <= resident ? 1 : 0;
+  run.cooperative = p.cooperative != 0 && p.num_ctas <= resident && !refused.load() ? 1 : 0;
   attrs[1].id = cudaLaunchAttributeCooperative;
   attrs[1].val.cooperative = run.cooperative;
   cudaLaunchConfig_t config{};
@@ -57,7 +62,18 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
   config.stream = stream;
   config.attrs = attrs;
   config.numAttrs = 2;
-  ATTNKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, decode_kernel<C>, run));
+  cudaError_t err = cudaLaunchKernelEx(&config, decode_kernel<C>, run);
+  if (err == cudaErrorCooperativeLaunchTooLarge) {
+    (void)cudaGetLastError();  // the refusal is not sticky: clear it and launch plainly
+    refused.store(true);
+    run.cooperative = 0;
+    attrs[1].val.cooperative = 0;
+    err = cudaLaunchKernelEx(&config, decode_kernel<C>, run);
+  }
+  if (err != cudaSuccess) {
+    throw Error(detail::concat("CUDA error in cudaLaunchKernelEx (planned decode_kernel, ", p.num_ctas, " CTAs",
+                               run.cooperative != 0 ? ", cooperative" : "", "): ", cudaGetErrorString(err)));
+  }
   ATTNKIT_CUDA_CHECK_LAUNCH("planned decode_kernel [", p.num_ctas, " CTAs, ", p.num_qo_heads, " q / ",
                             p.num_kv_heads, " kv heads, head_dim ", p.head_dim, ", page_size ", p.page_size, ", q ",
                             dtype_name(p.q_dtype), ", kv ", dtype_name(p.kv_dtype), "]");
