@@ -12,10 +12,9 @@
 namespace attnkit::planned::prefill_testing {
 
 void make_setup(const PrefillCase& c, uint64_t seed, LaunchInputs& s) {
-  s.cfg.num_layers = 1;
+  s.spec = AttentionSpec::dense(c.num_qo_heads, c.num_kv_heads, c.head_dim);
+  s.cfg = KvCacheConfig::for_spec(s.spec);
   s.cfg.page_size = c.page_size;
-  s.cfg.num_kv_heads = c.num_kv_heads;
-  s.cfg.head_dim_k = s.cfg.head_dim_v = c.head_dim;
   s.cfg.dtype = c.kv_dtype;
   s.cfg.k_scale = c.k_scale;
   s.cfg.v_scale = c.v_scale;
@@ -40,9 +39,6 @@ void make_setup(const PrefillCase& c, uint64_t seed, LaunchInputs& s) {
   }
   s.batch = build_batch(*s.cache, steps);
 
-  s.spec.num_qo_heads = c.num_qo_heads;
-  s.spec.num_kv_heads = c.num_kv_heads;
-  s.spec.head_dim_qk = s.spec.head_dim_vo = c.head_dim;
   s.spec.causal = c.causal;
   s.spec.window_left = c.window_left;
   s.spec.logits_soft_cap = c.soft_cap;

@@ -82,7 +82,8 @@ __device__ __forceinline__ void join_all_wait(const DecodeParams& p, const Decod
   constexpr int kQuads = kHeadDim / 4;
   const int quads = m.num_rows * kQuads;
   const int lane = threadIdx.x % 32;
-  for (int idx = k * quads / joiners + threadIdx.x / 32; idx < (k + 1) * quads / joiners; idx += kThreads / 32) {
+  const int slice_end = (k + 1) * quads / joiners;
+  for (int idx = k * quads / joiners + threadIdx.x / 32; idx < slice_end; idx += kThreads / 32) {
     const int r = idx / kQuads, d = (idx % kQuads) * 4;
     JoinState st{-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
     for (int j0 = lane; j0 < m.num_partials; j0 += 64) {  // two loads in flight a lane
