@@ -1,4 +1,5 @@
-// AVX512-BF16 products for the heads kernel (see decode_bf16.h); the tiles and softmax are decode.cc's.
+// AVX512-BF16 products for the heads kernel (see decode_bf16.h), and the softmax of a tile between
+// them with an exp as precise as P's rounding to bf16 needs; the tile loop is decode.cc's.
 // S = q K^T: each lane of a vdpbf16ps sums two neighbouring elements of q_h and K_k, so q and the
 // cache's rows are read as they are stored and a score is one horizontal sum. O += P V: two keys'
 // V rows are interleaved in registers (unpack, within 128-bit blocks) and P comes as a bf16 pair a key
@@ -6,6 +7,8 @@
 #include "backends/cpu/kernels/decode_bf16.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "backends/cpu/kernels/bf16_intrinsics.h"
 
@@ -238,6 +241,45 @@ ATTNKIT_BF16_TARGET void bf16_heads_pv(const Bf16Prefetch& pf, const float* p, i
     case 2: pv_heads<2>(pf, pairs, pair_stride, vals, nt, dv, alpha, o); break;
     default: pv_heads<1>(pf, pairs, pair_stride, vals, nt, dv, alpha, o); break;
   }
+}
+
+namespace {
+
+// exp(x) for x <= 0 or -inf, to about 5e-6 relative (P is rounded to bf16, 2^-9, before P V):
+// 2^(x log2 e) split into n + f, |f| <= 1/2, 2^f by its degree-5 Taylor polynomial and 2^n by
+// vscalefps. Clamped at -160 first: scalef(1, -160) is exactly 0, so -inf gives 0 (a fully masked
+// row's l stays 0) and no NaN comes from -inf - -inf.
+ATTNKIT_BF16_TARGET inline __m512 exp_nonpositive(__m512 x) {
+  const __m512 t = _mm512_max_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _mm512_set1_ps(-160.0f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.3333558e-3f);  // ln2^5 / 120
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));  // ln2^4 / 24
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));  // ln2^3 / 6
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));  // ln2^2 / 2
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));  // ln2
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace
+
+ATTNKIT_BF16_TARGET float bf16_softmax_tile(float* s, int n, float* m, float* l) {
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int k = 0; k < n; k += kPairLanes) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + k));
+  const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
+  const bool none = m_new == -std::numeric_limits<float>::infinity();
+  const __m512 vm = _mm512_set1_ps(none ? 0.0f : m_new);  // all -inf: exp(-inf - 0) = 0
+  __m512 sum = _mm512_setzero_ps();
+  for (int k = 0; k < n; k += kPairLanes) {
+    const __m512 pk = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + k), vm));
+    _mm512_storeu_ps(s + k, pk);
+    sum = _mm512_add_ps(sum, pk);
+  }
+  const float alpha = *m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(*m - (none ? 0.0f : m_new));
+  *m = m_new;
+  *l = *l * alpha + _mm512_reduce_add_ps(sum);
+  return alpha;
 }
 
 // unpacklo_epi16 puts columns 8j..8j+3 of a 32-column group in lanes 4j..4j+3 of the first

@@ -1,6 +1,6 @@
 // The heads kernel's two products on bf16 pairs (AVX512-BF16 `vdpbf16ps`), for bf16 q and cache on
-// CPUs that have it (bf16_dot_available()). The tile loop and the online softmax stay in decode.cc;
-// this file only multiplies, reading q and the cache's rows in place.
+// CPUs that have it (bf16_dot_available()), reading q and the cache's rows in place, and the online
+// softmax of a tile between them. The tile loop stays in decode.cc.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,11 @@ void bf16_tokens_qk(const uint16_t* q, int num_kv_heads, int group, int dk, cons
 // two at a time, one per key pair.
 void bf16_heads_pv(const Bf16Prefetch& pf, const float* p, int p_stride, int heads, const uint16_t* const* vals,
                    int nt, int dv, const float* alpha, float* o, uint32_t* pairs);
+
+// The online softmax of one head over a tile, as decode.cc's softmax_head: s[0, n) (n a multiple
+// of 16, -inf past the tile) becomes exp(s - m_new) with exp to about 5e-6 relative (P is rounded
+// to bf16 next); m and l are updated; returns alpha = exp(m - m_new), 0 while m was -inf.
+float bf16_softmax_tile(float* s, int n, float* m, float* l);
 
 // o [dv] from the pair order bf16_heads_pv accumulates in to natural order.
 void bf16_pairs_to_natural(float* o, int dv);
