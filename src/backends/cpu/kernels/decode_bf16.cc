@@ -50,16 +50,21 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void prefetch_rows(con
   }
 }
 
-// s[h][k0 + t] = scale * q_h . K_{k0 + t} for t < kTok, h < kHeads; K_k at keys[k] + off.
+// s[h][k0 + t] = scale * q_h . K_{k0 + t} for t < kTok, h < kHeads; K_k at keys[k] + off. The
+// pf_lines 64-byte lines from pf are asked for a few at each step over dk, not in one burst.
 template <int kTok, int kHeads>
 ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_block(const uint16_t* q, int dk,
                                                                         const uint16_t* const* keys, int k0,
                                                                         float scale, float* s, int s_stride,
-                                                                        int64_t off) {
+                                                                        int64_t off, const char* pf = nullptr,
+                                                                        int pf_lines = 0) {
   __m512 acc[kTok][kHeads];
   for (int t = 0; t < kTok; ++t)
     for (int h = 0; h < kHeads; ++h) acc[t][h] = _mm512_setzero_ps();
+  const int steps = dk / kVecElems;
   for (int e = 0; e < dk; e += kVecElems) {
+    const int step = e / kVecElems;
+    for (int l = pf_lines * step / steps; l < pf_lines * (step + 1) / steps; ++l) __builtin_prefetch(pf + l * 64, 0, 1);
     __m512bh kv[kTok];
     for (int t = 0; t < kTok; ++t) kv[t] = as_bh(_mm512_loadu_si512(keys[k0 + t] + off + e));
     for (int h = 0; h < kHeads; ++h) {
@@ -99,26 +104,26 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
     }
   };
   // The usual case: the kTok key rows are consecutive slots of one page, one run of bytes, asked
-  // for by a loop of prefetches alone: the carry above took about 15% of the decode's time from cache.
+  // for without the carry above (which took about 15% of the decode's time from cache), and a few
+  // lines at each step of the products: in one burst a KV head, 1.4% slower from DRAM in paired
+  // runs; all of a block's lines at once, 23-31% slower.
   const char* k_run = nullptr;
   if (k_lines == kTok * k_row_lines && k_lines > 0 &&
       ahead.keys[k0 + kTok - 1] == ahead.keys[k0] + int64_t{kTok - 1} * ahead.k_len)
     k_run = reinterpret_cast<const char*>(ahead.keys[k0]);
   for (int j = 0; j < num_kv_heads; ++j) {
-    if (k_run != nullptr) {
-      const char* end = k_run + int64_t{(j + 1) * k_lines / num_kv_heads} * 64;
-#pragma GCC unroll 4
-      for (const char* a = k_run + int64_t{j * k_lines / num_kv_heads} * 64; a < end; a += 64)
-        __builtin_prefetch(a, 0, 1);
-    } else {
-      ask(ahead.keys + k0, k_row_lines, j * k_lines / num_kv_heads, (j + 1) * k_lines / num_kv_heads);
-    }
+    const int k_begin = j * k_lines / num_kv_heads, k_end = (j + 1) * k_lines / num_kv_heads;
+    // The run's share goes to the KV head's first block of query heads (kHeads <= group, so there
+    // is one), spread over its steps.
+    if (k_run == nullptr) ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
     ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
     const int64_t off = int64_t{j} * dk;
     int h = 0;
     for (; h + kHeads <= group; h += kHeads) {
       const int head = j * group + h;
-      qk_block<kTok, kHeads>(q + int64_t{head} * dk, dk, keys, k0, scale, s + head * s_stride, s_stride, off);
+      const bool first = h == 0 && k_run != nullptr;
+      qk_block<kTok, kHeads>(q + int64_t{head} * dk, dk, keys, k0, scale, s + head * s_stride, s_stride, off,
+                             first ? k_run + int64_t{k_begin} * 64 : nullptr, first ? k_end - k_begin : 0);
     }
     const int head = j * group + h;  // the group's last heads, fewer than kHeads
     const uint16_t* qh = q + int64_t{head} * dk;
@@ -164,10 +169,20 @@ ATTNKIT_BF16_TARGET inline void pv_pair(const uint16_t* a, const uint16_t* b, co
   }
 }
 
+// Lines [line_begin, line_end) of pf's V row k (if it has one).
+ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void prefetch_v_lines(const Bf16Prefetch& pf, int k,
+                                                                                int line_begin, int line_end) {
+  if (k >= pf.n) return;
+  const char* row = reinterpret_cast<const char*>(pf.vals[k]);
+  for (int l = line_begin; l < line_end; ++l) __builtin_prefetch(row + l * 64, 0, 1);
+}
+
+// O's columns [c0, c0 + 16 kVecs) for kHeads heads over the tile's keys; pf's V rows' lines
+// [line_begin, line_end) asked for along the way, a key pair's two rows at a time.
 template <int kHeads, int kVecs>
-ATTNKIT_BF16_TARGET inline void pv_block(const Bf16Prefetch& pf, const uint32_t* pairs, int pair_stride,
-                                         const uint16_t* const* vals, int nt, int dv, int c0, const float* alpha,
-                                         float* o) {
+ATTNKIT_BF16_TARGET inline void pv_block(const Bf16Prefetch& pf, int line_begin, int line_end,
+                                         const uint32_t* pairs, int pair_stride, const uint16_t* const* vals, int nt,
+                                         int dv, int c0, const float* alpha, float* o) {
   __m512 acc[kHeads][kVecs];
   for (int h = 0; h < kHeads; ++h) {
     const __m512 a = _mm512_set1_ps(alpha[h]);
@@ -175,27 +190,30 @@ ATTNKIT_BF16_TARGET inline void pv_block(const Bf16Prefetch& pf, const uint32_t*
       acc[h][c] = _mm512_mul_ps(_mm512_loadu_ps(o + int64_t{h} * dv + c0 + c * kPairLanes), a);
   }
   int k = 0;
-  // (The two rows' prefetches as a loop alone, as S's keys are, ran 2-4% faster from cache but
-  // about 2% slower from DRAM in paired runs: not used.)
   for (; k + 1 < nt; k += 2) {
-    prefetch_rows(pf, k, k + 2);
+    prefetch_v_lines(pf, k, line_begin, line_end);
+    prefetch_v_lines(pf, k + 1, line_begin, line_end);
     pv_pair<kHeads, kVecs>(vals[k], vals[k + 1], pairs + k / 2, pair_stride, c0, acc);
   }
-  prefetch_rows(pf, k, pf.n);
+  for (int r = k; r < pf.n; ++r) prefetch_v_lines(pf, r, line_begin, line_end);  // past nt: the next tile's
   if (k < nt) pv_pair<kHeads, kVecs>(vals[k], nullptr, pairs + k / 2, pair_stride, c0, acc);
   for (int h = 0; h < kHeads; ++h)
     for (int c = 0; c < kVecs; ++c) _mm512_storeu_ps(o + int64_t{h} * dv + c0 + c * kPairLanes, acc[h][c]);
 }
 
-// Columns in blocks of 64 (4 heads x 4 vectors of accumulators, 4 of V pairs), then 32.
+// Columns in blocks of 64 (4 heads x 4 vectors of accumulators, 4 of V pairs), then 32. Each block
+// asks for its share of pf's rows' lines: all of them in the first block instead ran 7-8% slower
+// from DRAM (paired runs, 8 x 4096 and 1 x 32768): the prefetches went out in bursts.
 template <int kHeads>
 ATTNKIT_BF16_TARGET inline void pv_heads(const Bf16Prefetch& pf, const uint32_t* pairs, int pair_stride,
                                          const uint16_t* const* vals, int nt, int dv, const float* alpha, float* o) {
-  int c = 0;
-  const Bf16Prefetch none{};
-  for (; c + 4 * kPairLanes <= dv; c += 4 * kPairLanes)
-    pv_block<kHeads, 4>(c == 0 ? pf : none, pairs, pair_stride, vals, nt, dv, c, alpha, o);
-  for (; c < dv; c += kVecElems) pv_block<kHeads, 2>(c == 0 ? pf : none, pairs, pair_stride, vals, nt, dv, c, alpha, o);
+  const int blocks = dv / (4 * kPairLanes) + dv % (4 * kPairLanes) / kVecElems;
+  const int lines = 2 * pf.v_len / 64;  // V rows only (bf16_heads_pv)
+  int c = 0, b = 0;
+  for (; c + 4 * kPairLanes <= dv; c += 4 * kPairLanes, ++b)
+    pv_block<kHeads, 4>(pf, lines * b / blocks, lines * (b + 1) / blocks, pairs, pair_stride, vals, nt, dv, c, alpha, o);
+  for (; c < dv; c += kVecElems, ++b)
+    pv_block<kHeads, 2>(pf, lines * b / blocks, lines * (b + 1) / blocks, pairs, pair_stride, vals, nt, dv, c, alpha, o);
 }
 
 }  // namespace

@@ -29,8 +29,9 @@ void bf16_tokens_qk(const uint16_t* q, int num_kv_heads, int group, int dk, cons
 // o_h = o_h * alpha_h + sum_k P[h][k] V_k for h < heads (1..4), k < nt, with P rounded to bf16
 // (nearest even). p: [heads, p_stride] f32 with p[h][k] = 0 for nt <= k < round_up(nt, 32);
 // vals[k]: key k's dv bf16 values; o: [heads, dv] in pair order (bf16_pairs_to_natural), dv a
-// multiple of 32. pairs: scratch of round_up(nt, 32) / 2 words a head. pf's rows are asked for
-// two at a time, one per key pair.
+// multiple of 32. pairs: scratch of round_up(nt, 32) / 2 words a head. pf's V rows (its keys are
+// not used) are asked for two at a time, one per key pair, each block of columns its share of
+// their lines.
 void bf16_heads_pv(const Bf16Prefetch& pf, const float* p, int p_stride, int heads, const uint16_t* const* vals,
                    int nt, int dv, const float* alpha, float* o, uint32_t* pairs);
 
