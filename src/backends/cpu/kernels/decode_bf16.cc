@@ -51,20 +51,19 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void prefetch_rows(con
 }
 
 // s[h][k0 + t] = scale * q_h . K_{k0 + t} for t < kTok, h < kHeads; K_k at keys[k] + off. The
-// pf_lines 64-byte lines from pf are asked for a few at each step over dk, not in one burst.
+// 64-byte lines from pf are asked for pf_per_step at each step over dk, not in one burst.
 template <int kTok, int kHeads>
 ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_block(const uint16_t* q, int dk,
                                                                         const uint16_t* const* keys, int k0,
                                                                         float scale, float* s, int s_stride,
                                                                         int64_t off, const char* pf = nullptr,
-                                                                        int pf_lines = 0) {
+                                                                        int pf_per_step = 0) {
   __m512 acc[kTok][kHeads];
   for (int t = 0; t < kTok; ++t)
     for (int h = 0; h < kHeads; ++h) acc[t][h] = _mm512_setzero_ps();
-  const int steps = dk / kVecElems;
   for (int e = 0; e < dk; e += kVecElems) {
-    const int step = e / kVecElems;
-    for (int l = pf_lines * step / steps; l < pf_lines * (step + 1) / steps; ++l) __builtin_prefetch(pf + l * 64, 0, 1);
+    for (int i = 0; i < pf_per_step; ++i) __builtin_prefetch(pf + i * 64, 0, 1);
+    pf += pf_per_step * 64;
     __m512bh kv[kTok];
     for (int t = 0; t < kTok; ++t) kv[t] = as_bh(_mm512_loadu_si512(keys[k0 + t] + off + e));
     for (int h = 0; h < kHeads; ++h) {
@@ -114,16 +113,22 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
   for (int j = 0; j < num_kv_heads; ++j) {
     const int k_begin = j * k_lines / num_kv_heads, k_end = (j + 1) * k_lines / num_kv_heads;
     // The run's share goes to the KV head's first block of query heads (kHeads <= group, so there
-    // is one), spread over its steps.
-    if (k_run == nullptr) ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
+    // is one), spread evenly over its steps where it divides, else asked for here.
+    const int steps = dk / kVecElems;
+    const bool spread = k_run != nullptr && (k_end - k_begin) % steps == 0;
+    if (k_run == nullptr) {
+      ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
+    } else if (!spread) {
+      for (int l = k_begin; l < k_end; ++l) __builtin_prefetch(k_run + l * 64, 0, 1);
+    }
     ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
     const int64_t off = int64_t{j} * dk;
     int h = 0;
     for (; h + kHeads <= group; h += kHeads) {
       const int head = j * group + h;
-      const bool first = h == 0 && k_run != nullptr;
+      const bool first = h == 0 && spread;
       qk_block<kTok, kHeads>(q + int64_t{head} * dk, dk, keys, k0, scale, s + head * s_stride, s_stride, off,
-                             first ? k_run + int64_t{k_begin} * 64 : nullptr, first ? k_end - k_begin : 0);
+                             first ? k_run + int64_t{k_begin} * 64 : nullptr, first ? (k_end - k_begin) / steps : 0);
     }
     const int head = j * group + h;  // the group's last heads, fewer than kHeads
     const uint16_t* qh = q + int64_t{head} * dk;
