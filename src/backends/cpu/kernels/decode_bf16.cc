@@ -110,11 +110,11 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
   if (k_lines == kTok * k_row_lines && k_lines > 0 &&
       ahead.keys[k0 + kTok - 1] == ahead.keys[k0] + int64_t{kTok - 1} * ahead.k_len)
     k_run = reinterpret_cast<const char*>(ahead.keys[k0]);
+  const int steps = dk / kVecElems;  // qk_block's steps over dk
   for (int j = 0; j < num_kv_heads; ++j) {
     const int k_begin = j * k_lines / num_kv_heads, k_end = (j + 1) * k_lines / num_kv_heads;
     // The run's share goes to the KV head's first block of query heads (kHeads <= group, so there
     // is one), spread evenly over its steps where it divides, else asked for here.
-    const int steps = dk / kVecElems;
     const bool spread = k_run != nullptr && (k_end - k_begin) % steps == 0;
     if (k_run == nullptr) {
       ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
