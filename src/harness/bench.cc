@@ -222,11 +222,13 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   } else {
     for (int i = 0; i < opt.repeats; ++i) {
       if (i > 0 && Clock::now() > budget_end) break;  // slow backends (reference) stop early
+      if (opt.before_each_call) r.paired.push_back(opt.before_each_call());
       const auto t0 = Clock::now();
       call(i);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
   }
+  r.call_ms = ms;
   std::sort(ms.begin(), ms.end());
   r.median_ms = ms[ms.size() / 2];
   r.min_ms = ms.front();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct BenchOptions {
   int repeats = 20;
   int input_sets = 4;              // fresh q/k/v sets rotated between repeats
   double max_seconds = 20.0;       // a slow backend stops repeating after this (at least one run)
+  // Run, untimed, just before each timed call of a host backend (e.g. a pass of the read probe,
+  // which both measures the bandwidth of that moment and leaves the caches cold); what it returns
+  // is kept in BenchResult::paired, beside the call's time.
+  std::function<double()> before_each_call;
 };
 
 struct BenchResult {
@@ -52,6 +57,8 @@ struct BenchResult {
   double median_ms = 0.0;
   double min_ms = 0.0;
   double max_ms = 0.0;
+  std::vector<double> call_ms;     // the timed calls, in order
+  std::vector<double> paired;      // before_each_call's value before each of them
   double flops = 0.0;              // unmasked FLOPs of one call (causal: the visible half)
   double bytes = 0.0;              // KV bytes read + q/out bytes of one call
   double tokens_per_s = 0.0;       // new tokens a second

@@ -4,7 +4,11 @@
 
 #include "tool_runner.h"
 
+#include <cstdio>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -59,6 +63,25 @@ TEST(Cli, BenchRunsAndReportsRates) {
   const Outcome r = run_tool("bench --backend reference --phase decode --batch 2 --kv-len 64 --repeats 3 --warmup 1");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("B/s"), std::string::npos) << r.output;
+}
+
+// A memory-bound cpu result under --ceilings is compared with a probe pass read just before each
+// of its timed calls: one pass a call, and the fraction is the median of the calls' ratios.
+TEST(Cli, CeilingsPairAProbePassWithEachHostCall) {
+  const std::string path = ::testing::TempDir() + "attnkit_bench_paired.json";
+  const Outcome r = run_tool("bench --backend cpu --phase decode --batch 2 --kv-len 256 --repeats 3 --warmup 0 "
+                             "--ceilings --json " + path);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::remove(path.c_str());
+  const nlohmann::json& res = j["results"][0];
+  ASSERT_EQ(res["call_ms"].size(), 3u);
+  ASSERT_EQ(res["read_before_call_bytes_per_s"].size(), 3u);
+  for (const auto& rate : res["read_before_call_bytes_per_s"]) EXPECT_GT(rate.get<double>(), 1e8);
+  EXPECT_GT(res["fraction_of_ceiling"].get<double>(), 0.0);
+  EXPECT_GT(res["fraction_of_probe_before_run"].get<double>(), 0.0);
+  EXPECT_NE(r.output.find("read beside"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // `attnkit bench`: time backends on one workload and print latency, tokens/s and FLOP/s or bytes/s,
 // optionally as a fraction of this machine's measured ceilings.
+#include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "attnkit/registry.h"
+#include "backends/cpu/ceilings.h"
 #include "ceilings.h"
 #include "commands.h"
 #include "format.h"
@@ -45,6 +48,20 @@ nlohmann::json to_json(const harness::BenchResult& r) {
           {"tokens_per_s", r.tokens_per_s}, {"flop_per_s", r.flop_per_s}, {"bytes_per_s", r.bytes_per_s},
           {"workspace_bytes", r.workspace_bytes}, {"backend_host_bytes", r.backend_host_bytes},
           {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}, {"plan_step_us", r.plan_step_us}};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The median over a host backend's calls of its read rate over that of the probe pass just before
+// the call; 0 when no passes were paired with the calls.
+double paired_read_fraction(const harness::BenchResult& r) {
+  if (r.paired.size() != r.call_ms.size() || r.paired.empty()) return 0.0;
+  std::vector<double> f;
+  for (size_t i = 0; i < r.paired.size(); ++i) f.push_back(r.bytes / (r.call_ms[i] * 1e-3) / r.paired[i]);
+  return median(f);
 }
 
 }  // namespace
@@ -110,25 +127,44 @@ std::function<int()> add_bench(CLI::App& app) {
     if (o->ceilings) print_ceilings(ceilings);
 
     const bool memory_bound = phase == harness::Phase::decode;
+    // A memory-bound host backend is compared with the read bandwidth of the moment: a probe pass
+    // runs before each of its timed calls (the bandwidth a shared host gives two cores moved from
+    // 30 to 57 GB/s between seconds here), and "of ceiling" is the median of the calls' ratios.
+    std::unique_ptr<ReadProbe> probe;
+    const bool host_backend = std::any_of(names.begin(), names.end(), [](const std::string& n) {
+      return Registry::global().get(n).device == Device::cpu;
+    });
+    if (o->ceilings && memory_bound && host_backend) probe = std::make_unique<ReadProbe>();
     std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "calls", "tokens/s",
-                                                   memory_bound ? "bytes/s" : "FLOP/s", "of ceiling", "plan us",
-                                                   "workspace", "host +", "peak RSS"}};
+                                                   memory_bound ? "bytes/s" : "FLOP/s", "of ceiling",
+                                                   "read beside", "plan us", "workspace", "host +", "peak RSS"}};
     nlohmann::json results = nlohmann::json::array();
     for (const std::string& name : names) {
-      const harness::BenchResult r = harness::run_bench(name, w, opt);
+      const Device device = Registry::global().get(name).device;
+      harness::BenchOptions run_opt = opt;
+      if (probe && device == Device::cpu) run_opt.before_each_call = [&probe] { return probe->pass(); };
+      const harness::BenchResult r = harness::run_bench(name, w, run_opt);
       nlohmann::json j = to_json(r);
       if (!r.skipped.empty()) {
         rows.push_back({name, w.label, "skip: " + r.skipped});
         results.push_back(j);
         continue;
       }
-      const Device device = Registry::global().get(name).device;
       const double rate = memory_bound ? r.bytes_per_s : r.flop_per_s;
       const double ceiling = ceiling_for(ceilings, device, memory_bound);
-      const std::string frac = ceiling > 0 ? fixed(100.0 * rate / ceiling, 1) + "%" : "-";
-      if (ceiling > 0) j["fraction_of_ceiling"] = rate / ceiling;
+      const double paired = paired_read_fraction(r);
+      const double fraction = paired > 0 ? paired : ceiling > 0 ? rate / ceiling : 0.0;
+      const std::string frac = fraction > 0 ? fixed(100.0 * fraction, 1) + "%" : "-";
+      if (fraction > 0) j["fraction_of_ceiling"] = fraction;
+      if (paired > 0) {
+        j["fraction_of_probe_before_run"] = rate / ceiling;
+        j["read_beside_bytes_per_s"] = median(r.paired);
+        j["call_ms"] = r.call_ms;
+        j["read_before_call_bytes_per_s"] = r.paired;
+      }
+      const std::string beside = paired > 0 ? si(median(r.paired)) + "B/s" : "-";
       rows.push_back({name, w.label, fixed(r.median_ms, 3), std::to_string(r.repeats), si(r.tokens_per_s),
-                      si(rate) + (memory_bound ? "B/s" : "FLOP/s"), frac, fixed(r.plan_us, 1),
+                      si(rate) + (memory_bound ? "B/s" : "FLOP/s"), frac, beside, fixed(r.plan_us, 1),
                       si(r.workspace_bytes) + "B", si(r.backend_host_bytes) + "B", si(r.peak_rss_bytes) + "B"});
       results.push_back(j);
     }

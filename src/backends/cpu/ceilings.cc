@@ -83,27 +83,36 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 }  // namespace
 
-double measure_read_bandwidth() {
+ReadProbe::ReadProbe() {
   cpu::ThreadPool& pool = cpu::ThreadPool::global();
-  const int threads = pool.num_threads();
+  threads_ = pool.num_threads();
   const int64_t n = kBandwidthBytes / static_cast<int64_t>(sizeof(float));
   // A Buffer, like the KV pools: on the same (huge, where the system allows) pages.
-  Buffer storage(Device::cpu, static_cast<size_t>(n) * sizeof(float));
-  float* const data = static_cast<float*>(storage.data());
+  storage_ = std::make_unique<Buffer>(Device::cpu, static_cast<size_t>(n) * sizeof(float));
+  data_ = static_cast<float*>(storage_->data());
   // Slices of whole 4 KiB pages, each first touched by the thread that later reads it.
-  const int64_t slice = (n / threads) & ~int64_t{1023};
-  pool.run(threads, [&](int64_t t, int) { std::fill_n(data + t * slice, slice, 1.0f); });
-  std::vector<float> sums(static_cast<size_t>(threads));
-  double best = 0.0;
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    pool.run(threads, [&](int64_t t, int) {
-      sums[static_cast<size_t>(t)] = cpu::sum_floats_best(data + t * slice, slice);
-    });
-    best = std::max(best, static_cast<double>(slice * threads) * sizeof(float) / seconds_since(start));
-  }
+  slice_ = (n / threads_) & ~int64_t{1023};
+  pool.run(threads_, [&](int64_t t, int) { std::fill_n(data_ + t * slice_, slice_, 1.0f); });
+}
+
+ReadProbe::~ReadProbe() = default;
+
+double ReadProbe::pass() {
+  std::vector<float> sums(static_cast<size_t>(threads_));
+  const auto start = std::chrono::steady_clock::now();
+  cpu::ThreadPool::global().run(threads_, [&](int64_t t, int) {
+    sums[static_cast<size_t>(t)] = cpu::sum_floats_best(data_ + t * slice_, slice_);
+  });
+  const double rate = static_cast<double>(slice_ * threads_) * sizeof(float) / seconds_since(start);
   volatile float keep = sums[0];  // the sums must be observable, or the loads could go
   (void)keep;
+  return rate;
+}
+
+double measure_read_bandwidth() {
+  ReadProbe probe;
+  double best = 0.0;
+  for (int pass = 0; pass < kPasses; ++pass) best = std::max(best, probe.pass());
   return best;
 }
 
