@@ -83,11 +83,14 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_block(const ui
 
 // Every query head against kTok keys from k0, KV head by KV head (bf16_tokens_qk), in blocks of
 // kHeads query heads and a block of the group's rest. Inlined down to qk_block: called through a
-// switch a block, it ran 17% slower from L3 than the head-by-head loop it replaced.
-template <int kTok, int kHeads>
+// switch a block, it ran 17% slower from L3 than the head-by-head loop it replaced. kGroup > 0: the
+// group size, known when compiled (its loops and the rest's switch go away; with the size read at
+// run time S took 27 cycles a key and KV head from L2, 22.5 with it known, on one Zen 4 core).
+template <int kTok, int kHeads, int kGroup>
 ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
-    const uint16_t* q, int num_kv_heads, int group, int dk, const uint16_t* const* keys, int k0, float scale, float* s,
-    int s_stride, const Bf16Prefetch& ahead, const Bf16Prefetch& vals) {
+    const uint16_t* q, int num_kv_heads, int run_time_group, int dk, const uint16_t* const* keys, int k0, float scale,
+    float* s, int s_stride, const Bf16Prefetch& ahead, const Bf16Prefetch& vals) {
+  const int group = kGroup > 0 ? kGroup : run_time_group;
   // ahead's key rows and vals' value rows [k0, k0 + kTok) as one run of 64-byte lines each, a KV
   // head's share of both asked for at a time.
   const int k_row_lines = 2 * ahead.k_len / 64, v_row_lines = 2 * vals.v_len / 64;
@@ -111,24 +114,38 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
       ahead.keys[k0 + kTok - 1] == ahead.keys[k0] + int64_t{kTok - 1} * ahead.k_len)
     k_run = reinterpret_cast<const char*>(ahead.keys[k0]);
   const int steps = dk / kVecElems;  // qk_block's steps over dk
+  // Each KV head's share of the key lines: [j * k_lines / num_kv_heads, (j + 1) * ...). Where the
+  // shares are even (the usual case) they come without a division a head: five of them a head and
+  // block took a fifth of S's time from cache.
+  const int k_even = k_lines % num_kv_heads == 0 ? k_lines / num_kv_heads : -1;
+  const bool k_even_spread = k_run != nullptr && k_even >= 0 && k_even % steps == 0;
+  const int k_per_step = k_even_spread ? k_even / steps : 0;
   for (int j = 0; j < num_kv_heads; ++j) {
-    const int k_begin = j * k_lines / num_kv_heads, k_end = (j + 1) * k_lines / num_kv_heads;
     // The run's share goes to the KV head's first block of query heads (kHeads <= group, so there
     // is one), spread evenly over its steps where it divides, else asked for here.
-    const bool spread = k_run != nullptr && (k_end - k_begin) % steps == 0;
-    if (k_run == nullptr) {
-      ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
-    } else if (!spread) {
-      for (int l = k_begin; l < k_end; ++l) __builtin_prefetch(k_run + l * 64, 0, 1);
+    const char* pf = nullptr;
+    int pf_per_step = 0;
+    if (k_even_spread) {
+      pf = k_run + int64_t{j} * k_even * 64;
+      pf_per_step = k_per_step;
+    } else if (k_lines > 0) {
+      const int k_begin = j * k_lines / num_kv_heads, k_end = (j + 1) * k_lines / num_kv_heads;
+      if (k_run == nullptr) {
+        ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
+      } else if ((k_end - k_begin) % steps == 0) {
+        pf = k_run + int64_t{k_begin} * 64;
+        pf_per_step = (k_end - k_begin) / steps;
+      } else {
+        for (int l = k_begin; l < k_end; ++l) __builtin_prefetch(k_run + l * 64, 0, 1);
+      }
     }
-    ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
+    if (v_lines > 0) ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
     const int64_t off = int64_t{j} * dk;
     int h = 0;
     for (; h + kHeads <= group; h += kHeads) {
       const int head = j * group + h;
-      const bool first = h == 0 && spread;
       qk_block<kTok, kHeads>(q + int64_t{head} * dk, dk, keys, k0, scale, s + head * s_stride, s_stride, off,
-                             first ? k_run + int64_t{k_begin} * 64 : nullptr, first ? (k_end - k_begin) / steps : 0);
+                             h == 0 ? pf : nullptr, h == 0 ? pf_per_step : 0);
     }
     const int head = j * group + h;  // the group's last heads, fewer than kHeads
     const uint16_t* qh = q + int64_t{head} * dk;
@@ -142,18 +159,18 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
   }
 }
 
-template <int kHeads>
+template <int kHeads, int kGroup>
 ATTNKIT_BF16_TARGET void qk_tokens(const uint16_t* q, int num_kv_heads, int group, int dk, const uint16_t* const* keys,
                                    int nt, float scale, float* s, int s_stride, const Bf16Prefetch& keys_ahead,
                                    const Bf16Prefetch& vals) {
   int k = 0;
   for (; k + kQkKeys <= nt; k += kQkKeys) {
-    qk_tokens_block<kQkKeys, kHeads>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, keys_ahead, vals);
+    qk_tokens_block<kQkKeys, kHeads, kGroup>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, keys_ahead, vals);
   }
   prefetch_rows(keys_ahead, k, nt);
   prefetch_rows(vals, k, nt);
   const Bf16Prefetch none{};
-  for (; k < nt; ++k) qk_tokens_block<1, kHeads>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, none, none);
+  for (; k < nt; ++k) qk_tokens_block<1, kHeads, kGroup>(q, num_kv_heads, group, dk, keys, k, scale, s, s_stride, none, none);
 }
 
 // One key pair (b: the second key's row, or null for a zero row: its weight is 0 but garbage values
@@ -226,11 +243,14 @@ ATTNKIT_BF16_TARGET inline void pv_heads(const Bf16Prefetch& pf, const uint32_t*
 ATTNKIT_BF16_TARGET void bf16_tokens_qk(const uint16_t* q, int num_kv_heads, int group, int dk,
                                         const uint16_t* const* keys, int nt, float scale, float* s, int s_stride,
                                         const Bf16Prefetch& keys_ahead, const Bf16Prefetch& vals) {
-  // Blocks of 4 heads and the rest (up to 3): a key load serves up to 4 query heads.
-  if (group >= 4) return qk_tokens<4>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
-  if (group == 3) return qk_tokens<3>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
-  if (group == 2) return qk_tokens<2>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
-  qk_tokens<1>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  // Blocks of 4 heads and the rest (up to 3): a key load serves up to 4 query heads. The usual
+  // groups of 4 and 8 compiled for their size.
+  if (group == 4) return qk_tokens<4, 4>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group == 8) return qk_tokens<4, 8>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group > 4) return qk_tokens<4, 0>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group == 3) return qk_tokens<3, 3>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  if (group == 2) return qk_tokens<2, 2>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
+  qk_tokens<1, 1>(q, num_kv_heads, group, dk, keys, nt, scale, s, s_stride, keys_ahead, vals);
 }
 
 ATTNKIT_BF16_TARGET void bf16_heads_pv(const Bf16Prefetch& pf, const float* p, int p_stride, int heads,
