@@ -37,9 +37,19 @@ TEST(CpuPlan, DecodeUsesTheHeadsKernelAndSplitsLongHistories) {
   EXPECT_EQ(plan.kernel, KernelKind::heads);
   EXPECT_EQ(plan.kv_chunk, 512);
   EXPECT_EQ(plan.units.size(), 64u);
-  ASSERT_EQ(plan.merges.size(), 1u);
-  EXPECT_EQ(plan.merges[0].num_parts, 64);
   EXPECT_EQ(plan.partial_rows, 64 * 32);
+  // The merge in slices of 8 of the 32 heads, each over all 64 parts, together every row once.
+  ASSERT_EQ(plan.merges.size(), 4u);
+  for (size_t i = 0; i < plan.merges.size(); ++i) {
+    const MergeGroup& g = plan.merges[i];
+    EXPECT_EQ(g.num_parts, 64);
+    EXPECT_EQ(g.part_stride_rows, 32);
+    EXPECT_EQ(g.rows.row_begin, static_cast<int>(8 * i));
+    EXPECT_EQ(g.rows.row_end, static_cast<int>(8 * i + 8));
+    EXPECT_EQ(g.first_partial_row, static_cast<int64_t>(8 * i));
+    EXPECT_EQ(g.rows.kv_begin, 0);
+    EXPECT_EQ(g.rows.kv_end, 32768);
+  }
 }
 
 TEST(CpuPlan, ManyRequestsAreNotSplit) {

@@ -161,7 +161,7 @@ void CpuBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   });
   pool_.run(static_cast<int64_t>(plan.merges.size()), [&](int64_t idx, int thread) {
     const cpu::MergeGroup& g = plan.merges[static_cast<size_t>(idx)];
-    cpu::merge_partials(p, g.rows, g.num_parts, partial_o_.data() + g.first_partial_row * dv,
+    cpu::merge_partials(p, g.rows, g.num_parts, g.part_stride_rows, partial_o_.data() + g.first_partial_row * dv,
                         partial_lse_.data() + g.first_partial_row, scratch_[static_cast<size_t>(thread)]->data.get());
   });
 }

@@ -14,6 +14,8 @@ constexpr int64_t kTargetUnits = 64;
 // No chunk is shorter: a partial costs num_rows x head_dim_vo floats written and merged, against a
 // chunk's keys read (decode, llama3-8b heads, bf16: 16 KiB of partial per 1 MiB of keys at 256).
 constexpr int kMinChunk = 256;
+// Rows a merge task takes (decode, llama3-8b heads: a request's 32 heads in 4 tasks).
+constexpr int kMergeSliceRows = 8;
 // Fixed cost of a unit in key equivalents (packing q, clearing o, the epilogue), for the ordering.
 constexpr int64_t kUnitOverheadKeys = 16;
 
@@ -96,7 +98,12 @@ Plan make_plan(const ForwardBatch& batch, const PlanShape& shape, int simd_lanes
       continue;
     }
     const int parts = ceil_div(span, plan.kv_chunk);
-    plan.merges.push_back({w, plan.partial_rows, parts});
+    for (int r = 0; r < rows; r += kMergeSliceRows) {
+      UnitWork slice = w;
+      slice.row_begin = w.row_begin + r;
+      slice.row_end = w.row_begin + std::min<int>(static_cast<int>(rows), r + kMergeSliceRows);
+      plan.merges.push_back({slice, plan.partial_rows + r, parts, static_cast<int>(rows)});
+    }
     for (int k = 0; k < parts; ++k) {
       UnitWork part = w;
       part.kv_begin = w.kv_begin + k * plan.kv_chunk;

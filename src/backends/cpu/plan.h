@@ -37,10 +37,13 @@ struct PlannedUnit {
   int64_t cost = 0;          // keys x rows, the unit's share of the work
 };
 
+// A slice of one split unit's rows, merged as one task: a long request's merge is shared by the
+// threads instead of running on one while the others wait.
 struct MergeGroup {
   UnitWork rows;                // the rows merged (kv range: all parts together)
   int64_t first_partial_row = 0;
-  int num_parts = 0;            // part k starts at first_partial_row + k * rows.num_rows()
+  int num_parts = 0;            // part k starts at first_partial_row + k * part_stride_rows
+  int part_stride_rows = 0;     // rows of the whole split unit
 };
 
 struct Plan {

@@ -73,14 +73,14 @@ void write_partial(const AttendParams& p, const UnitWork& u, const UnitState& s,
   }
 }
 
-void merge_partials(const AttendParams& p, const UnitWork& u, int num_parts, const float* part_o,
-                    const float* part_lse, float* scratch) {
+void merge_partials(const AttendParams& p, const UnitWork& u, int num_parts, int part_stride_rows,
+                    const float* part_o, const float* part_lse, float* scratch) {
   const int rows = u.num_rows();
   const int dv = p.head_dim_vo;
   std::vector<AttentionState> parts;
   parts.reserve(static_cast<size_t>(num_parts));
   for (int k = 0; k < num_parts; ++k) {
-    const int64_t row0 = int64_t{k} * rows;
+    const int64_t row0 = int64_t{k} * part_stride_rows;
     parts.push_back({TensorView(const_cast<float*>(part_o + row0 * dv), DType::f32, Device::cpu, {rows, 1, dv}),
                      TensorView(const_cast<float*>(part_lse + row0), DType::f32, Device::cpu, {rows, 1})});
   }

@@ -14,9 +14,9 @@ void write_rows(const AttendParams& p, const UnitWork& u, const UnitState& s);
 // o = 0, lse = -inf, which the merge ignores.
 void write_partial(const AttendParams& p, const UnitWork& u, const UnitState& s, float* part_o, float* part_lse);
 
-// Merges `num_parts` consecutive partials of the rows of `u` (part k at rows k * num_rows) with
+// Merges `num_parts` partials of the rows of `u` (part k at rows k * part_stride_rows) with
 // merge_states, adds the sinks and writes the output. `scratch` holds num_rows * (head_dim_vo + 1) floats.
-void merge_partials(const AttendParams& p, const UnitWork& u, int num_parts, const float* part_o,
-                    const float* part_lse, float* scratch);
+void merge_partials(const AttendParams& p, const UnitWork& u, int num_parts, int part_stride_rows,
+                    const float* part_o, const float* part_lse, float* scratch);
 
 }  // namespace attnkit::cpu
