@@ -114,38 +114,24 @@ ATTNKIT_BF16_TARGET __attribute__((always_inline)) inline void qk_tokens_block(
       ahead.keys[k0 + kTok - 1] == ahead.keys[k0] + int64_t{kTok - 1} * ahead.k_len)
     k_run = reinterpret_cast<const char*>(ahead.keys[k0]);
   const int steps = dk / kVecElems;  // qk_block's steps over dk
-  // Each KV head's share of the key lines: [j * k_lines / num_kv_heads, (j + 1) * ...). Where the
-  // shares are even (the usual case) they come without a division a head: five of them a head and
-  // block took a fifth of S's time from cache.
-  const int k_even = k_lines % num_kv_heads == 0 ? k_lines / num_kv_heads : -1;
-  const bool k_even_spread = k_run != nullptr && k_even >= 0 && k_even % steps == 0;
-  const int k_per_step = k_even_spread ? k_even / steps : 0;
   for (int j = 0; j < num_kv_heads; ++j) {
+    const int k_begin = j * k_lines / num_kv_heads, k_end = (j + 1) * k_lines / num_kv_heads;
     // The run's share goes to the KV head's first block of query heads (kHeads <= group, so there
     // is one), spread evenly over its steps where it divides, else asked for here.
-    const char* pf = nullptr;
-    int pf_per_step = 0;
-    if (k_even_spread) {
-      pf = k_run + int64_t{j} * k_even * 64;
-      pf_per_step = k_per_step;
-    } else if (k_lines > 0) {
-      const int k_begin = j * k_lines / num_kv_heads, k_end = (j + 1) * k_lines / num_kv_heads;
-      if (k_run == nullptr) {
-        ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
-      } else if ((k_end - k_begin) % steps == 0) {
-        pf = k_run + int64_t{k_begin} * 64;
-        pf_per_step = (k_end - k_begin) / steps;
-      } else {
-        for (int l = k_begin; l < k_end; ++l) __builtin_prefetch(k_run + l * 64, 0, 1);
-      }
+    const bool spread = k_run != nullptr && (k_end - k_begin) % steps == 0;
+    if (k_run == nullptr) {
+      ask(ahead.keys + k0, k_row_lines, k_begin, k_end);
+    } else if (!spread) {
+      for (int l = k_begin; l < k_end; ++l) __builtin_prefetch(k_run + l * 64, 0, 1);
     }
-    if (v_lines > 0) ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
+    ask(vals.vals + k0, v_row_lines, j * v_lines / num_kv_heads, (j + 1) * v_lines / num_kv_heads);
     const int64_t off = int64_t{j} * dk;
     int h = 0;
     for (; h + kHeads <= group; h += kHeads) {
       const int head = j * group + h;
+      const bool first = h == 0 && spread;
       qk_block<kTok, kHeads>(q + int64_t{head} * dk, dk, keys, k0, scale, s + head * s_stride, s_stride, off,
-                             h == 0 ? pf : nullptr, h == 0 ? pf_per_step : 0);
+                             first ? k_run + int64_t{k_begin} * 64 : nullptr, first ? (k_end - k_begin) / steps : 0);
     }
     const int head = j * group + h;  // the group's last heads, fewer than kHeads
     const uint16_t* qh = q + int64_t{head} * dk;
