@@ -233,7 +233,7 @@ TEST(PlannedPrefillParams, RefusesUnsupportedShapes) {
     check_prefill_params(p);
     FAIL() << "an f32 cache was accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "planned prefill: cache dtype must be bf16, f16 or e4m3, got f32");
+    EXPECT_STREQ(e.what(), "planned prefill: cache dtype must be f16, bf16 or e4m3, got f32");
   }
   EXPECT_EQ(prefill_tile_rows(128) % 16, 0);
 }

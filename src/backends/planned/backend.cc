@@ -17,31 +17,11 @@ namespace attnkit {
 
 namespace {
 
-#ifdef ATTNKIT_PLANNED_PREFILL
-constexpr bool kHaveExtendKernel = true;
-#else
-constexpr bool kHaveExtendKernel = false;
-#endif
-
 // The thread's default stream: capturable into a CUDA graph, and (blocking) ordered with the
 // legacy default stream that other library code may use.
 cudaStream_t stream() { return cudaStreamPerThread; }
 
 }  // namespace
-
-Capabilities planned_capabilities() {
-  Capabilities c;
-  c.device = Device::cuda;
-  c.q_dtypes = {DType::f16, DType::bf16};
-  c.kv_dtypes = {DType::f16, DType::bf16, DType::e4m3};
-  c.head_dims = {64, 128, 256};
-  c.min_page_size = 1;
-  c.max_page_size = 256;
-  c.extend = kHaveExtendKernel;
-  c.mixed = kHaveExtendKernel;
-  c.cuda_graph = true;
-  return c;  // MLA off (the `mla` backend's job); every other feature on
-}
 
 PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend(context) {
   std::string why_not;
@@ -54,8 +34,9 @@ PlannedBackend::PlannedBackend(const BackendContext& context) : AttentionBackend
   // still runs, at most in a second wave. An unsupported shape is refused at plan time.
   const DType likely_q = c.dtype == DType::f16 ? DType::f16 : DType::bf16;
   int ctas_per_sm = 1;
-  if (planned::decode_unsupported(shape_.head_dim, likely_q, c.dtype).empty() && !c.mla) {
-    ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(shape_.head_dim, likely_q, c.dtype));
+  const planned::KernelKey likely{shape_.head_dim, likely_q, c.dtype};
+  if (planned::why_unsupported(likely, c.page_size).empty() && !c.mla) {
+    ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(likely));
   }
   shape_.num_ctas = planned::decode_grid_ctas(cuda::device_info().num_sms * ctas_per_sm, shape_.num_kv_heads);
   // Wide splits joined by all their CTAs in a cooperative launch. ATTNKIT_DECODE_ALL_WAIT (read
@@ -198,10 +179,8 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   const KvCacheConfig& c = cache().config();
   const ForwardBatch& b = batch();
   const planned::PlanLayout& l = active_->layout();
-  // Refused before any work (the cache store included): both kernels' own support answers, now
-  // that q's dtype is known.
-  const std::string why = planned::decode_unsupported(spec.head_dim_qk, q.dtype, c.dtype);
-  ATTNKIT_CHECK(why.empty(), "planned: ", why);
+  // Refused before any work (the cache store included), now that q's dtype is known.
+  planned::select({spec.head_dim_qk, q.dtype, c.dtype}, c.page_size, "forward");
 
   const bool fp8 = c.dtype == DType::e4m3;
   const bool has_mask = !b.custom_mask.empty();
@@ -211,7 +190,6 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   const uint8_t* mask = has_mask ? active_->device<uint8_t>(l.custom_mask) : nullptr;
   const int64_t* mask_indptr = has_mask ? active_->device<int64_t>(l.custom_mask_indptr) : nullptr;
 
-#ifdef ATTNKIT_PLANNED_PREFILL
   planned::PrefillParams pre;
   if (num_prefill_items_ > 0) {
     pre.q = q.data;
@@ -247,7 +225,6 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
     pre.kv_dtype = c.dtype;
     planned::check_prefill_params(pre);
   }
-#endif
 
   const int var = layer_variant_[static_cast<size_t>(layer)];
   // A graph captured on the frozen buffer must launch the same kernels whatever plan it replays.
@@ -260,9 +237,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   if (!store_in_decode) {
     cache().store(layer, k, v, TensorView(out_cache_loc, DType::i64, Device::cuda, {b.num_tokens()}));
   }
-#ifdef ATTNKIT_PLANNED_PREFILL
   if (num_prefill_items_ > 0) planned::launch_prefill(pre, stream());
-#endif
 
   if (stats_[var].num_items == 0 && !graph) return;
   planned::DecodeParams dec;
@@ -315,7 +290,7 @@ void register_planned_backend(Registry& registry) {
   registry.add({.name = "planned",
                 .description = "plan/run: a host scheduler balances paged split-KV work across SMs, reused by every layer",
                 .device = Device::cuda,
-                .capabilities = planned_capabilities,
+                .capabilities = planned::capabilities,
                 .why_unavailable = [] {
                   std::string why;
                   return cuda_available(&why) ? std::string() : why;

@@ -7,19 +7,18 @@
 #include <vector>
 
 #include "attnkit/backend.h"
+#include "backends/planned/config.h"
 #include "backends/planned/graph_state.h"
 #include "backends/planned/plan.h"
 #include "backends/planned/timeline.h"
 
 namespace attnkit {
 
-Capabilities planned_capabilities();
-
 class PlannedBackend final : public AttentionBackend {
  public:
   explicit PlannedBackend(const BackendContext& context);
   std::string name() const override { return "planned"; }
-  Capabilities capabilities() const override { return planned_capabilities(); }
+  Capabilities capabilities() const override { return planned::capabilities(); }
 
   // Freezes a second plan buffer at fixed addresses for decode batches of up to max_batch_size
   // requests and max_num_pages pages: a forward_decode captured in a graph then replays any such

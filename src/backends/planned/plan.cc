@@ -12,21 +12,8 @@
 
 namespace attnkit::planned {
 
-namespace {
-// Packed rows a prefill CTA covers; 0 where the extend kernel is not built (extend is refused).
-int prefill_rows(int head_dim) {
-#ifdef ATTNKIT_PLANNED_PREFILL
-  return prefill_tile_rows(head_dim);
-#else
-  (void)head_dim;
-  return 0;
-#endif
-}
-}  // namespace
-
 int count_prefill_items(const ForwardBatch& batch, const PlanShape& shape) {
-  const int rows = prefill_rows(shape.head_dim);
-  if (rows == 0) return 0;
+  const int rows = prefill_tile_rows(shape.head_dim);
   const int group = shape.group_size();
   int count = 0;
   for (int i = 0; i < batch.batch_size(); ++i) {
@@ -37,8 +24,7 @@ int count_prefill_items(const ForwardBatch& batch, const PlanShape& shape) {
 }
 
 int plan_prefill(const ForwardBatch& batch, const PlanShape& shape, std::span<PrefillWorkItem> out) {
-  const int rows = prefill_rows(shape.head_dim);
-  if (rows == 0) return 0;
+  const int rows = prefill_tile_rows(shape.head_dim);
   const int group = shape.group_size();
   std::vector<int> order;
   for (int i = 0; i < batch.batch_size(); ++i) {

@@ -1,6 +1,7 @@
-// The decode kernel's dispatch: runtime head_dim and dtypes to one template instance (a written-out
-// switch), shared-memory opt-in, occupancy for the planner, and the checked launch.
+// The decode kernel's host side: a checked KernelKey to one template instance (select.cuh),
+// shared-memory opt-in, occupancy for the planner, and the checked launch.
 #include "backends/planned/kernels/decode_kernel.cuh"
+#include "backends/planned/kernels/select.cuh"
 
 #include <atomic>
 
@@ -79,64 +80,31 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
                             dtype_name(p.q_dtype), ", kv ", dtype_name(p.kv_dtype), "]");
 }
 
-// What runs one (head_dim, q dtype, kv dtype): `Fn` is called with the config type.
+// The config of one checked key: `Fn` is called with it.
 template <typename Fn>
-auto dispatch(int head_dim, DType q_dtype, DType kv_dtype, Fn&& fn) {
-  auto by_kv = [&](auto q_tag, auto dim_tag) {
-    using T = decltype(q_tag);
-    constexpr int kD = decltype(dim_tag)::value;
-    switch (kv_dtype) {
-      case DType::bf16: return fn(DecodeConfig<T, __nv_bfloat16, kD>{});
-      case DType::f16: return fn(DecodeConfig<T, __half, kD>{});
-      case DType::e4m3: return fn(DecodeConfig<T, uint8_t, kD>{});
-      default: throw Error(detail::concat("planned decode: kv dtype must be bf16, f16 or e4m3, got ", dtype_name(kv_dtype)));
-    }
-  };
-  auto by_q = [&](auto dim_tag) {
-    switch (q_dtype) {
-      case DType::bf16: return by_kv(__nv_bfloat16{}, dim_tag);
-      case DType::f16: return by_kv(__half{}, dim_tag);
-      default: throw Error(detail::concat("planned decode: q dtype must be bf16 or f16, got ", dtype_name(q_dtype)));
-    }
-  };
-  switch (head_dim) {
-    case 64: return by_q(std::integral_constant<int, 64>{});
-    case 128: return by_q(std::integral_constant<int, 128>{});
-    case 256: return by_q(std::integral_constant<int, 256>{});
-    default: throw Error(detail::concat("planned decode: head_dim must be 64, 128 or 256, got ", head_dim));
-  }
+void with_config(const KernelKey& key, Fn&& fn) {
+  dispatch(key, [&](auto q, auto kv, auto dim) {
+    fn(DecodeConfig<typename decltype(q)::type, typename decltype(kv)::type, dim.value>{});
+  });
 }
 
 }  // namespace
 
-std::string decode_unsupported(int head_dim, DType q_dtype, DType kv_dtype) {
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
-    return detail::concat("head_dim must be 64, 128 or 256, got ", head_dim);
-  }
-  if (q_dtype != DType::bf16 && q_dtype != DType::f16) {
-    return detail::concat("q dtype must be bf16 or f16, got ", dtype_name(q_dtype));
-  }
-  if (kv_dtype != DType::bf16 && kv_dtype != DType::f16 && kv_dtype != DType::e4m3) {
-    return detail::concat("kv dtype must be bf16, f16 or e4m3, got ", dtype_name(kv_dtype));
-  }
-  return {};
-}
-
-int decode_ctas_per_sm(int head_dim, DType q_dtype, DType kv_dtype) {
-  return dispatch(head_dim, q_dtype, kv_dtype, [](auto cfg) { return ctas_per_sm<decltype(cfg)>(); });
+int decode_ctas_per_sm(const KernelKey& key) {
+  int n = 0;
+  with_config(select(key, Support::min_page_size, "decode"), [&](auto cfg) { n = ctas_per_sm<decltype(cfg)>(); });
+  return n;
 }
 
 void launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  const std::string why = decode_unsupported(p.head_dim, p.q_dtype, p.kv_dtype);
-  ATTNKIT_CHECK(why.empty(), "planned decode: ", why);
+  const KernelKey key = select({p.head_dim, p.q_dtype, p.kv_dtype}, p.page_size, "decode");
   ATTNKIT_CHECK(p.num_kv_heads > 0 && p.num_qo_heads % p.num_kv_heads == 0, "planned decode: num_qo_heads (",
                 p.num_qo_heads, ") must be a multiple of num_kv_heads (", p.num_kv_heads, ")");
-  ATTNKIT_CHECK(p.page_size >= 1 && p.page_size <= 256, "planned decode: page_size must be in 1..256, got ", p.page_size);
   ATTNKIT_CHECK(p.head_reps >= 1 && p.num_ctas % p.head_reps == 0 && p.num_kv_heads % p.head_reps == 0,
                 "planned decode: head_reps (", p.head_reps, ") must divide num_ctas (", p.num_ctas,
                 ") and num_kv_heads (", p.num_kv_heads, ")");
   if (p.num_ctas == 0) return;
-  dispatch(p.head_dim, p.q_dtype, p.kv_dtype, [&](auto cfg) { launch<decltype(cfg)>(p, stream); });
+  with_config(key, [&](auto cfg) { launch<decltype(cfg)>(p, stream); });
 }
 
 }  // namespace attnkit::planned

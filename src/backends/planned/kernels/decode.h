@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attnkit/dtype.h"
+#include "backends/planned/config.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -111,8 +112,8 @@ struct DecodeParams {
   int cooperative = 0;
   int num_qo_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;    // 64, 128 or 256
-  int page_size = 0;   // 1..256
+  int head_dim = 0;    // one of Support::head_dims (config.h)
+  int page_size = 0;   // Support::min_page_size..max_page_size
   float sm_scale = 0.0f;         // resolved, never 0
   float logits_soft_cap = 0.0f;  // 0: off
   float k_scale = 1.0f;          // e4m3 cache only (1 otherwise)
@@ -126,10 +127,9 @@ struct DecodeParams {
 // that join's loads.
 inline constexpr int kTimelineSlots = 8;
 
-// Empty when the decode kernel runs this shape; else the reason, naming the field.
-std::string decode_unsupported(int head_dim, DType q_dtype, DType kv_dtype);
-// Resident CTAs a multiprocessor holds for this instance (the planner sizes the grid with it).
-int decode_ctas_per_sm(int head_dim, DType q_dtype, DType kv_dtype);
+// Resident CTAs a multiprocessor holds for this instance (the planner sizes the grid with it);
+// throws where config.h's Support does not cover `key`.
+int decode_ctas_per_sm(const KernelKey& key);
 // Enqueues the decode kernel on `stream` (grid num_ctas), which also joins split items. Checks the
 // shape first and the launch after.
 void launch_decode(const DecodeParams& p, cudaStream_t stream);

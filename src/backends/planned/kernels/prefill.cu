@@ -1,5 +1,5 @@
 // The extend kernel's host side: tile shapes per head dim, the default work list, the checks, and
-// the written-out dispatch from runtime (head_dim, q dtype, cache dtype) to one instantiation.
+// the dispatch of a checked KernelKey to one instantiation (select.cuh).
 #include "backends/planned/kernels/prefill.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 
 #include "attnkit/error.h"
 #include "backends/planned/kernels/prefill_kernel.cuh"
+#include "backends/planned/kernels/select.cuh"
 #include "cuda/check.h"
 
 namespace attnkit::planned {
@@ -62,37 +63,31 @@ void launch_config(const PrefillParams& p, cudaStream_t stream) {
                             p.num_kv_heads, " kv heads)");
 }
 
-template <typename T, typename TKv>
-void launch_head_dim(const PrefillParams& p, cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 64: return launch_config<typename ConfigFor<T, TKv, 64>::type>(p, stream);
-    case 128: return launch_config<typename ConfigFor<T, TKv, 128>::type>(p, stream);
-    case 256: return launch_config<typename ConfigFor<T, TKv, 256>::type>(p, stream);
-    default: break;
-  }
-  throw Error(::attnkit::detail::concat("planned prefill: head_dim must be 64, 128 or 256, got ", p.head_dim));
+// The config of one checked key: `Fn` is called with it.
+template <typename Fn>
+void with_config(const KernelKey& key, Fn&& fn) {
+  dispatch(key, [&](auto q, auto kv, auto dim) {
+    fn(typename ConfigFor<typename decltype(q)::type, typename decltype(kv)::type, dim.value>::type{});
+  });
+}
+
+// The tiles are the same for every dtype (ConfigFor): the planner's tile count never depends on it.
+template <typename Fn>
+int tile_value(int head_dim, Fn&& fn) {
+  int value = 0;
+  with_config(select({head_dim, DType::bf16, DType::bf16}, Support::min_page_size, "prefill"),
+              [&](auto cfg) { value = fn(cfg); });
+  return value;
 }
 
 }  // namespace
 
 int prefill_tile_rows(int head_dim) {
-  switch (head_dim) {
-    case 64: return ConfigFor<__nv_bfloat16, __nv_bfloat16, 64>::type::kBlockM;
-    case 128: return ConfigFor<__nv_bfloat16, __nv_bfloat16, 128>::type::kBlockM;
-    case 256: return ConfigFor<__nv_bfloat16, __nv_bfloat16, 256>::type::kBlockM;
-    default: break;
-  }
-  throw Error(::attnkit::detail::concat("planned prefill: head_dim must be 64, 128 or 256, got ", head_dim));
+  return tile_value(head_dim, [](auto cfg) { return decltype(cfg)::kBlockM; });
 }
 
 int prefill_tile_kv(int head_dim) {
-  switch (head_dim) {
-    case 64: return ConfigFor<__nv_bfloat16, __nv_bfloat16, 64>::type::kBlockN;
-    case 128: return ConfigFor<__nv_bfloat16, __nv_bfloat16, 128>::type::kBlockN;
-    case 256: return ConfigFor<__nv_bfloat16, __nv_bfloat16, 256>::type::kBlockN;
-    default: break;
-  }
-  throw Error(::attnkit::detail::concat("planned prefill: head_dim must be 64, 128 or 256, got ", head_dim));
+  return tile_value(head_dim, [](auto cfg) { return decltype(cfg)::kBlockN; });
 }
 
 std::vector<PrefillWorkItem> make_prefill_work(const ForwardBatch& batch, int num_qo_heads, int num_kv_heads,
@@ -122,13 +117,7 @@ std::vector<PrefillWorkItem> make_prefill_work(const ForwardBatch& batch, int nu
 
 void check_prefill_params(const PrefillParams& p) {
   auto fail = [](auto&&... parts) { throw Error(::attnkit::detail::concat("planned prefill: ", parts...)); };
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    fail("head_dim must be 64, 128 or 256, got ", p.head_dim);
-  if (p.q_dtype != DType::bf16 && p.q_dtype != DType::f16)
-    fail("q dtype must be bf16 or f16, got ", dtype_name(p.q_dtype));
-  if (p.kv_dtype != DType::bf16 && p.kv_dtype != DType::f16 && p.kv_dtype != DType::e4m3)
-    fail("cache dtype must be bf16, f16 or e4m3, got ", dtype_name(p.kv_dtype));
-  if (p.page_size < 1 || p.page_size > 256) fail("page_size must be in 1..256, got ", p.page_size);
+  select({p.head_dim, p.q_dtype, p.kv_dtype}, p.page_size, "prefill");
   if (p.num_kv_heads < 1 || p.num_qo_heads % p.num_kv_heads != 0)
     fail("num_qo_heads (", p.num_qo_heads, ") must be a multiple of num_kv_heads (", p.num_kv_heads, ")");
   if (p.num_kv_heads > 65535) fail("num_kv_heads must be at most 65535, got ", p.num_kv_heads);
@@ -146,19 +135,7 @@ void launch_prefill(const PrefillParams& p, cudaStream_t stream) {
   check_prefill_params(p);
   if (p.num_work_items == 0) return;
   // The math runs in q's type; a cache of another type is converted as its tiles are loaded.
-  const bool q_bf16 = p.q_dtype == DType::bf16;
-  switch (p.kv_dtype) {
-    case DType::bf16:
-      return q_bf16 ? launch_head_dim<__nv_bfloat16, __nv_bfloat16>(p, stream)
-                    : launch_head_dim<__half, __nv_bfloat16>(p, stream);
-    case DType::f16:
-      return q_bf16 ? launch_head_dim<__nv_bfloat16, __half>(p, stream) : launch_head_dim<__half, __half>(p, stream);
-    case DType::e4m3:
-      return q_bf16 ? launch_head_dim<__nv_bfloat16, uint8_t>(p, stream) : launch_head_dim<__half, uint8_t>(p, stream);
-    default: break;
-  }
-  throw Error(::attnkit::detail::concat("planned prefill: cache dtype must be bf16, f16 or e4m3, got ",
-                                        dtype_name(p.kv_dtype)));
+  with_config({p.head_dim, p.q_dtype, p.kv_dtype}, [&](auto cfg) { launch_config<decltype(cfg)>(p, stream); });
 }
 
 }  // namespace attnkit::planned

@@ -66,8 +66,8 @@ struct PrefillParams {
   int batch_size = 0;
   int num_qo_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;    // 64, 128 or 256 (qk and vo alike)
-  int page_size = 0;   // 1..256
+  int head_dim = 0;    // one of Support::head_dims (config.h), qk and vo alike
+  int page_size = 0;   // Support::min_page_size..max_page_size
   float sm_scale = 0.0f;         // the logit scale, already resolved (never 0)
   float logits_soft_cap = 0.0f;  // 0: off; else cap * tanh(x / cap) after scaling
   int window_left = -1;          // -1: off; else key t visible to position p only if t >= p - window_left
@@ -90,7 +90,7 @@ int prefill_tile_kv(int head_dim);
 std::vector<PrefillWorkItem> make_prefill_work(const ForwardBatch& batch, int num_qo_heads,
                                                int num_kv_heads, int head_dim);
 
-// Throws attnkit::Error naming the first unsupported field (head_dim, dtypes, page_size, heads).
+// Throws attnkit::Error naming the first unsupported field (config.h's Support, then the heads).
 void check_prefill_params(const PrefillParams& p);
 // Enqueues the kernel on `stream`; checks the params and the launch. Nothing to do when
 // num_work_items is 0. Head dims 64 and 128 run on wgmma: a Hopper GPU (sm_90a code) is required.

@@ -1,0 +1,72 @@
+// The one dispatch from a checked KernelKey (config.h) to a template instance: fn(q, kv, dim) is
+// called with TypeTag<T> for q's CUDA type, TypeTag<TKv> for the cache's and an integral_constant
+// head dim, for the one entry of each Support list that matches. Every instance the backend
+// compiles is one of these lists' products, and nothing else.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "attnkit/error.h"
+#include "backends/planned/config.h"
+
+namespace attnkit::planned {
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// The CUDA element type of a DType: e4m3 is read as raw bytes and converted by the kernels.
+template <DType>
+struct CudaType;
+template <>
+struct CudaType<DType::bf16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct CudaType<DType::f16> {
+  using type = __half;
+};
+template <>
+struct CudaType<DType::e4m3> {
+  using type = uint8_t;
+};
+
+namespace select_detail {
+
+// Calls fn(integral_constant<..., kList[i]>) for the i with kList[i] == value; false if none.
+template <const auto& kList, typename Fn, size_t... I>
+bool pick(auto value, Fn&& fn, std::index_sequence<I...>) {
+  using V = std::remove_cvref_t<decltype(kList[0])>;
+  return ((value == kList[I] ? (fn(std::integral_constant<V, kList[I]>{}), true) : false) || ...);
+}
+template <const auto& kList, typename Fn>
+bool pick(auto value, Fn&& fn) {
+  return pick<kList>(value, fn, std::make_index_sequence<kList.size()>{});
+}
+
+}  // namespace select_detail
+
+template <typename Fn>
+void dispatch(const KernelKey& key, Fn&& fn) {
+  using select_detail::pick;
+  bool ran = false;
+  pick<Support::head_dims>(key.head_dim, [&](auto dim) {
+    pick<Support::q_dtypes>(key.q_dtype, [&](auto q) {
+      pick<Support::kv_dtypes>(key.kv_dtype, [&](auto kv) {
+        fn(TypeTag<typename CudaType<q.value>::type>{}, TypeTag<typename CudaType<kv.value>::type>{}, dim);
+        ran = true;
+      });
+    });
+  });
+  // select() checks a key first; only one that skipped it gets here.
+  ATTNKIT_CHECK(ran, "planned: no kernel for head_dim ", key.head_dim, ", q ", dtype_name(key.q_dtype), ", kv ",
+                dtype_name(key.kv_dtype));
+}
+
+}  // namespace attnkit::planned
