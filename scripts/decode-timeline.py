@@ -1,11 +1,9 @@
 #!/usr/bin/env python3
-"""Reads the CSV the planned decode kernel writes with ATTNKIT_DECODE_TIMELINE=FILE and prints where
-its time goes: when CTAs got their first tile, finished streaming and exited, each CTA's streaming
-rate, and the CTAs (and SMs) that ended last.
+"""Reads the CSV of `attnkit bench --backend planned --decode-timeline FILE` and prints where the
+decode kernel's time goes: when CTAs got their first tile, finished streaming and exited, and the
+CTAs (and SMs) that ended last.
 
-    python3 scripts/decode-timeline.py FILE [--row-bytes 512]
-
---row-bytes: bytes of one KV position of one KV head, K and V together (llama3-8b bf16: 512).
+    python3 scripts/decode-timeline.py FILE
 """
 import argparse
 import csv
@@ -20,21 +18,15 @@ def pct(xs, q):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
-    ap.add_argument("--row-bytes", type=int, default=512)
     args = ap.parse_args()
     rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(open(args.file))]
-    busy = [r for r in rows if r["items"] > 0]
+    busy = [r for r in rows if r["busy"] > 0]
     span = max(r["exit_ns"] for r in rows)
-    total_bytes = sum(r["keys"] for r in rows) * args.row_bytes
-    print(f"{len(rows)} CTAs ({len(busy)} with work), span {span / 1e3:.1f} us, "
-          f"{total_bytes / 1e6:.1f} MB: {total_bytes / span / 1e3:.2f} TB/s over the span")
+    print(f"{len(rows)} CTAs ({len(busy)} with work), span {span / 1e3:.1f} us")
     for name in ("entry_ns", "first_tile_ns", "last_tile_ns", "exit_ns"):
         xs = [r[name] / 1e3 for r in busy]
         print(f"  {name[:-3]:<11} us: min {min(xs):7.1f}  p10 {pct(xs, .1):7.1f}  median {pct(xs, .5):7.1f}  "
               f"p90 {pct(xs, .9):7.1f}  max {max(xs):7.1f}")
-    rates = [r["keys"] * args.row_bytes / max(r["last_tile_ns"] - r["first_tile_ns"], 1) for r in busy]
-    print(f"  stream rate GB/s a CTA: min {min(rates):.2f}  p10 {pct(rates, .1):.2f}  median {pct(rates, .5):.2f}  "
-          f"p90 {pct(rates, .9):.2f}  max {max(rates):.2f}  (x {len(busy)} = {statistics.median(rates) * len(busy) / 1e3:.2f} TB/s)")
     tail = [r["exit_ns"] - r["last_tile_ns"] for r in busy]
     print(f"  last tile to exit us: median {pct(tail, .5) / 1e3:.2f}  max {max(tail) / 1e3:.2f}")
     joins = [r["join_ns"] / 1e3 for r in busy if r.get("join_ns", 0) > 0]
@@ -53,10 +45,8 @@ def main():
           f"max {ends[-1] / 1e3:.1f}; mean SM busy {statistics.mean(ends) / span:.0%} of the span")
     print("  the 8 CTAs that exited last:")
     for r in sorted(busy, key=lambda r: -r["exit_ns"])[:8]:
-        rate = r["keys"] * args.row_bytes / max(r["last_tile_ns"] - r["first_tile_ns"], 1)
-        print(f"    cta {r['cta']:4d} sm {r['sm']:3d} items {r['items']} keys {r['keys']:6d}  first {r['first_tile_ns'] / 1e3:6.1f}"
-              f"  last {r['last_tile_ns'] / 1e3:6.1f}  exit {r['exit_ns'] / 1e3:6.1f} us  join {r.get('join_ns', 0) / 1e3:5.2f} ({r.get('join_loads_ns', 0) / 1e3:5.2f}) us"
-              f"  {rate:.2f} GB/s")
+        print(f"    cta {r['cta']:4d} sm {r['sm']:3d}  first {r['first_tile_ns'] / 1e3:6.1f}"
+              f"  last {r['last_tile_ns'] / 1e3:6.1f}  exit {r['exit_ns'] / 1e3:6.1f} us  join {r.get('join_ns', 0) / 1e3:5.2f} ({r.get('join_loads_ns', 0) / 1e3:5.2f}) us")
 
 
 if __name__ == "__main__":

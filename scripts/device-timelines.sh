@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs ON THE GPU MACHINE: one planned decode per shape with ATTNKIT_DECODE_TIMELINE set, and the
+# Runs on the GPU machine: one planned decode per shape with --decode-timeline, and the
 # per-CTA timeline of each read back by decode-timeline.py (CSV files in $OUT, or ./out).
 #
 #   scripts/device-timelines.sh [DIST] [--shapes "NAME;NAME"]     (default: dist, every decode shape)
@@ -20,7 +20,7 @@ while IFS= read -r name; do
   args=$(python3 bench/peers/shapes.py bench-args "$name") || { echo "unknown shape: $name"; continue; }
   tag=$(tr ' +' '__' <<<"$name")
   # shellcheck disable=SC2086 # args is a list of options
-  ATTNKIT_DECODE_TIMELINE="$out/timeline.$tag.csv" "$dist/attnkit" bench --backend planned --preset llama3-8b \
+  "$dist/attnkit" bench --backend planned --preset llama3-8b --decode-timeline "$out/timeline.$tag.csv" \
     --page-size 16 $args --warmup 3 --repeats 3 >/dev/null 2>&1 || echo "$name: bench FAILED"
   echo "=== $name"
   [[ -f "$out/timeline.$tag.csv" ]] || { echo "no timeline written (no GPU, or the planned backend skipped)"; continue; }

@@ -48,9 +48,33 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
                             const KvCacheConfig& cache, const ForwardBatch* batch = nullptr,
                             std::optional<DType> q_dtype = std::nullopt);
 
+// Switches between a backend's own code paths, for comparing them on one machine; the defaults are
+// what each backend runs best with, and a backend ignores the switches that are not its own.
+// `attnkit bench` sets them with --decode-join, --cpu-bf16-dot and --decode-timeline.
+struct BackendOptions {
+  // planned: how a decode request split across many CTAs is joined.
+  enum class DecodeJoin {
+    all_wait,        // by all the split's CTAs at once, in a cooperative launch (the default)
+    two_level,       // by the CTA that finishes last, in two levels; plain launches
+    all_wait_plain,  // planned as all_wait but launched plainly, so the last CTA to count joins all:
+                     // what runs where a device cannot hold the whole grid at once
+  };
+  DecodeJoin decode_join = DecodeJoin::all_wait;
+  // cpu: bf16 products through AVX512-BF16 where the CPU has it; false keeps f32 products.
+  bool cpu_bf16_dot = true;
+  // planned, diagnostics: device memory of [kDecodeTimelineCtas, kDecodeTimelineSlots] u64 that
+  // every decode launch fills, row c with CTA c's SM id and %globaltimer stamps (entry, first tile
+  // landed, last tile consumed, exit, the start and end of its last split's fence-count-join, the
+  // start of that join's loads). Null: off, and the kernel skips the stores.
+  unsigned long long* decode_timeline = nullptr;
+};
+inline constexpr int kDecodeTimelineSlots = 8;
+inline constexpr int kDecodeTimelineCtas = 4096;  // rows to allocate: more than any decode grid
+
 struct BackendContext {
   const ModelSpec* model = nullptr;  // never null; outlives the backend
   KvCache* cache = nullptr;          // never null; outlives the backend
+  BackendOptions options = {};
 };
 
 class AttentionBackend {
@@ -87,6 +111,7 @@ class AttentionBackend {
   const ForwardBatch& batch() const;
   const ModelSpec& model() const { return *context_.model; }
   KvCache& cache() const { return *context_.cache; }
+  const BackendOptions& options() const { return context_.options; }
   // Capabilities, computed once.
   const Capabilities& caps() const;
 

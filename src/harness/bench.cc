@@ -13,6 +13,7 @@
 
 #include "attnkit/batch.h"
 #include "attnkit/registry.h"
+#include "harness/decode_timeline.h"
 #include "harness/device_copy.h"
 #ifdef ATTNKIT_WITH_CUDA
 #include "cuda/memory.h"
@@ -185,7 +186,13 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   }
   // Host memory the backend itself adds: resident set before it exists and after its warm-up.
   const double rss_before = current_rss_bytes();
-  auto b = create_backend(backend, {&w.model, &cache});
+  BackendContext context{&w.model, &cache, opt.backend_options};
+  std::unique_ptr<DecodeTimeline> timeline;
+  if (!opt.decode_timeline.empty() && caps.device == Device::cuda) {
+    timeline = std::make_unique<DecodeTimeline>();
+    context.options.decode_timeline = timeline->records();
+  }
+  auto b = create_backend(backend, context);
   b->init_forward_metadata(batch);
   auto call = [&](int i) {
     const size_t set = static_cast<size_t>(i % opt.input_sets);
@@ -227,6 +234,10 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
       call(i);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
+  }
+  if (timeline) {
+    b->synchronize();
+    timeline->write_csv(opt.decode_timeline);
   }
   r.call_ms = ms;
   std::sort(ms.begin(), ms.end());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/backend.h"
 #include "attnkit/spec.h"
 #include "attnkit/tensor.h"
 
@@ -45,6 +46,10 @@ struct BenchOptions {
   // which both measures the bandwidth of that moment and leaves the caches cold); what it returns
   // is kept in BenchResult::paired, beside the call's time.
   std::function<double()> before_each_call;
+  BackendOptions backend_options;  // the backend's own switches (attnkit/backend.h)
+  // GPU backends: the last timed call's decode timeline (BackendOptions::decode_timeline), as CSV
+  // in this file; empty: none is recorded.
+  std::string decode_timeline;
 };
 
 struct BenchResult {

@@ -100,7 +100,7 @@ void fill_prefix(KvCache& cache, const ForwardBatch& batch, const AttentionSpec&
   synchronize(cfg.device);
 }
 
-CheckResult run_check(const std::string& backend, const CheckCase& c) {
+CheckResult run_check(const std::string& backend, const CheckCase& c, const BackendOptions& options) {
   CheckResult result;
   const BackendInfo& info = Registry::global().get(backend);
   if (info.why_unavailable) result.skipped = info.why_unavailable();
@@ -134,7 +134,7 @@ CheckResult run_check(const std::string& backend, const CheckCase& c) {
   fill_prefix(dev_cache, dev_batch, c.spec, c.seed);
   fill_prefix(ref_cache, ref_batch, c.spec, c.seed);
 
-  auto dut = create_backend(backend, {&model, &dev_cache});
+  auto dut = create_backend(backend, {&model, &dev_cache, options});
   auto ref = create_backend("reference", {&model, &ref_cache});
   dut->init_forward_metadata(dev_batch);
   ref->init_forward_metadata(ref_batch);

@@ -48,7 +48,7 @@ void fill_prefix(KvCache& cache, const ForwardBatch& batch, const AttentionSpec&
 
 // Runs `backend` (a registry name) and `reference` on the same fresh inputs; never throws for a
 // mismatch (a failed result), but rethrows unexpected errors from the backend.
-CheckResult run_check(const std::string& backend, const CheckCase& c);
+CheckResult run_check(const std::string& backend, const CheckCase& c, const BackendOptions& options = {});
 
 // The fixed conformance table: kv_len 0 and 1, page size 1, partial last pages, GQA 1/4/8, MQA,
 // windows, soft-cap, sinks, custom masks, MLA, every KV dtype, extend, decode and mixed.

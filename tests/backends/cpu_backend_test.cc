@@ -123,13 +123,13 @@ TEST(CpuBackend, MatchesReferenceOnSplitAndTiledCases) {
 
 // The fp32 products must stay right on machines with AVX512-BF16 too, where bf16 normally skips them.
 TEST(CpuBackend, Fp32ProductsMatchReferenceWhenBf16DotIsOff) {
-  ::setenv("ATTNKIT_CPU_BF16_DOT", "0", 1);
+  BackendOptions f32_products;
+  f32_products.cpu_bf16_dot = false;
   for (const harness::CheckCase& c : cpu_cases()) {
     if (c.q_dtype != DType::bf16) continue;
-    const harness::CheckResult r = harness::run_check("cpu", c);
+    const harness::CheckResult r = harness::run_check("cpu", c, f32_products);
     EXPECT_TRUE(r.passed) << c.label << ": rel error " << r.rel_err << " > " << r.tolerance << "; " << r.message;
   }
-  ::unsetenv("ATTNKIT_CPU_BF16_DOT");
 }
 
 TEST(CpuBackend, CapabilitiesAreHonest) {

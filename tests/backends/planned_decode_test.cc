@@ -23,8 +23,8 @@ bool have_gpu() {
   return cuda_available(&why);
 }
 
-void expect_passes(const harness::CheckCase& c) {
-  const harness::CheckResult r = harness::run_check("planned", c);
+void expect_passes(const harness::CheckCase& c, const BackendOptions& options = {}) {
+  const harness::CheckResult r = harness::run_check("planned", c, options);
   ASSERT_TRUE(r.skipped.empty()) << harness::describe(c) << " skipped: " << r.skipped;
   EXPECT_TRUE(r.passed) << harness::describe(c) << ": rel error " << r.rel_err << " > " << r.tolerance << "; "
                         << r.message;
@@ -168,17 +168,17 @@ INSTANTIATE_TEST_SUITE_P(OwnCases, PlannedDecode, ::testing::Range(0, static_cas
 // grid): the last CTA to count joins all the partials, kJoinFanIn at a time.
 TEST(PlannedDecodeAllWait, LastToCountJoinsThemInAPlainLaunch) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  setenv("ATTNKIT_DECODE_ALL_WAIT", "plain", 1);
+  BackendOptions plain;
+  plain.decode_join = BackendOptions::DecodeJoin::all_wait_plain;
   int ran = 0;
   for (const harness::CheckCase& c : own_cases()) {
     if (c.label.find("long split") == std::string::npos && c.label.find("hundreds of chunks") == std::string::npos) {
       continue;
     }
     SCOPED_TRACE(c.label);
-    expect_passes(c);
+    expect_passes(c, plain);
     ++ran;
   }
-  unsetenv("ATTNKIT_DECODE_ALL_WAIT");
   EXPECT_EQ(ran, 3);
 }
 

@@ -34,6 +34,9 @@ struct Options {
   bool ceilings = false;
   std::string requests;   // "PREFIX+NEW[xCOUNT],...": overrides --batch and --kv-len
   bool non_causal = false;
+  std::string decode_join = "all-wait";
+  bool cpu_bf16_dot = true;
+  std::string decode_timeline;
 };
 
 harness::Phase parse_phase(const std::string& p) {
@@ -100,6 +103,14 @@ std::function<int()> add_bench(CLI::App& app) {
   cmd->add_option("--max-seconds", o->max_seconds, "Stop repeating a slow backend after this long")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
+  cmd->add_option("--decode-join", o->decode_join,
+                  "planned: how wide split decodes are joined: all-wait (by all their CTAs, cooperative launch), "
+                  "two-level (by the last CTA, plain launch), all-wait-plain (planned all-wait, launched plainly)")
+      ->check(CLI::IsMember({"all-wait", "two-level", "all-wait-plain"}));
+  cmd->add_option("--cpu-bf16-dot", o->cpu_bf16_dot,
+                  "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)");
+  cmd->add_option("--decode-timeline", o->decode_timeline,
+                  "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)");
   cmd->add_flag("--ceilings", o->ceilings, "Measure this machine's read bandwidth and matrix/FMA rate, and report fractions");
   return [o] {
     const harness::Phase phase = parse_phase(o->phase);
@@ -119,6 +130,12 @@ std::function<int()> add_bench(CLI::App& app) {
     opt.warmup = o->warmup;
     opt.repeats = o->repeats;
     opt.max_seconds = o->max_seconds;
+    using Join = BackendOptions::DecodeJoin;
+    opt.backend_options.decode_join = o->decode_join == "two-level"        ? Join::two_level
+                                      : o->decode_join == "all-wait-plain" ? Join::all_wait_plain
+                                                                           : Join::all_wait;
+    opt.backend_options.cpu_bf16_dot = o->cpu_bf16_dot;
+    opt.decode_timeline = o->decode_timeline;
 
     std::vector<std::string> names;
     if (o->backend == "all") names = Registry::global().names();

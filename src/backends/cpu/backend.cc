@@ -3,8 +3,6 @@
 #include "backends/cpu/backend.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "attnkit/registry.h"
 #include "backends/cpu/kernels/bf16_dot.h"
@@ -19,13 +17,6 @@ struct AlignedFloats {
   hwy::AlignedFreeUniquePtr<float[]> data;
   size_t size = 0;
 };
-
-// vdpbf16ps where the CPU has it; ATTNKIT_CPU_BF16_DOT=0 keeps the fp32 products, so tests and A/B
-// runs reach both paths on one machine (read at every forward: it is one getenv).
-bool use_bf16_dot() {
-  const char* env = std::getenv("ATTNKIT_CPU_BF16_DOT");
-  return bf16_dot_available() && !(env != nullptr && std::strcmp(env, "0") == 0);
-}
 }  // namespace cpu
 
 Capabilities cpu_capabilities() {
@@ -128,7 +119,8 @@ cpu::AttendParams CpuBackend::params(int layer, const cpu::Plan& plan, const Ten
   p.window_left = spec.window_left;
   p.sinks = spec.sinks.empty() ? nullptr : spec.sinks.data();
   p.kv_tile = plan.kv_tile;
-  p.bf16_dot = cpu::use_bf16_dot();
+  // vdpbf16ps where the CPU has it, unless the caller asked for the f32 products (both paths on one machine).
+  p.bf16_dot = options().cpu_bf16_dot && cpu::bf16_dot_available();
   p.page_size = b.page_size;
   p.qo_indptr = b.qo_indptr.data();
   p.kv_page_indptr = b.kv_page_indptr.data();

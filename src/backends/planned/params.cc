@@ -1,0 +1,101 @@
+// PlannedBackend's kernel params for one layer: the plan's device sections, the layer's scalars
+// and the backend's buffers.
+#include "backends/planned/backend.h"
+
+namespace attnkit {
+
+planned::PrefillParams PlannedBackend::prefill_params(int layer, const TensorView& q, const TensorView& out) const {
+  const AttentionSpec& spec = model().layer(layer);
+  const KvCacheConfig& c = cache().config();
+  const ForwardBatch& b = batch();
+  const planned::PlanArena& arena = planner_.arena();
+  const planned::PlanLayout& l = arena.layout();
+  const bool fp8 = c.dtype == DType::e4m3;
+  const bool has_mask = !b.custom_mask.empty();
+  planned::PrefillParams pre;
+  pre.q = q.data;
+  pre.out = out.data;
+  pre.lse = nullptr;
+  pre.k_pool = cache().k_pool(layer);
+  pre.v_pool = cache().v_pool(layer);
+  pre.qo_indptr = arena.device<int32_t>(l.qo_indptr);
+  pre.kv_page_indptr = arena.device<int32_t>(l.kv_page_indptr);
+  pre.kv_page_indices = arena.device<int32_t>(l.kv_page_indices);
+  pre.page_begin = arena.device<int32_t>(l.page_begin);
+  pre.kv_last_page_len = arena.device<int32_t>(l.kv_last_page_len);
+  pre.prefix_lens = arena.device<int32_t>(l.prefix_lens);
+  pre.custom_mask = has_mask ? arena.device<uint8_t>(l.custom_mask) : nullptr;
+  pre.custom_mask_indptr = has_mask ? arena.device<int64_t>(l.custom_mask_indptr) : nullptr;
+  pre.sinks = layer_sinks(layer);
+  pre.work = arena.device<planned::PrefillWorkItem>(l.prefill_items);
+  pre.num_work_items = planner_.num_prefill_items();
+  pre.partial_o = nullptr;  // extend items are never split: no partials, no merge
+  pre.partial_lse = nullptr;
+  pre.batch_size = b.batch_size();
+  pre.num_qo_heads = spec.num_qo_heads;
+  pre.num_kv_heads = spec.num_kv_heads;
+  pre.head_dim = spec.head_dim_qk;
+  pre.page_size = c.page_size;
+  pre.sm_scale = spec.scale();
+  pre.logits_soft_cap = spec.logits_soft_cap;
+  pre.window_left = spec.window_left;
+  pre.causal = spec.causal;
+  pre.k_scale = fp8 ? c.k_scale : 1.0f;
+  pre.v_scale = fp8 ? c.v_scale : 1.0f;
+  pre.q_dtype = q.dtype;
+  pre.kv_dtype = c.dtype;
+  return pre;
+}
+
+planned::DecodeParams PlannedBackend::decode_params(int layer, const TensorView& q, const TensorView& out) const {
+  const AttentionSpec& spec = model().layer(layer);
+  const KvCacheConfig& c = cache().config();
+  const ForwardBatch& b = batch();
+  const planned::PlanArena& arena = planner_.arena();
+  const planned::PlanLayout& l = arena.layout();
+  const planned::PlanShape& share = planner_.share();
+  const bool fp8 = c.dtype == DType::e4m3;
+  const bool has_mask = !b.custom_mask.empty();
+  const int var = layer_variant_[static_cast<size_t>(layer)];
+  const planned::DecodePlanStats& stats = planner_.stats(var);
+  const bool graph = planner_.on_graph_buffer();
+  planned::DecodeParams dec;
+  dec.q = q.data;
+  dec.out = out.data;
+  dec.k_pool = cache().k_pool(layer);
+  dec.v_pool = cache().v_pool(layer);
+  dec.kv_page_indices = arena.device<int32_t>(l.kv_page_indices);
+  dec.page_begin = arena.device<int32_t>(l.page_begin);
+  dec.kv_page_indptr = arena.device<int32_t>(l.kv_page_indptr);
+  dec.kv_last_page_len = arena.device<int32_t>(l.kv_last_page_len);
+  dec.custom_mask = has_mask ? arena.device<uint8_t>(l.custom_mask) : nullptr;
+  dec.custom_mask_indptr = has_mask ? arena.device<int64_t>(l.custom_mask_indptr) : nullptr;
+  dec.sinks = layer_sinks(layer);
+  dec.cta_item_indptr = arena.device<int32_t>(l.cta_item_indptr[var]);
+  dec.items = arena.device<planned::DecodeWorkItem>(l.decode_items[var]);
+  dec.head_reps = head_reps();
+  dec.rep_partials = planned::max_decode_partials(share);
+  dec.rep_merges = planned::max_decode_merges(share);
+  const size_t partial_rows = static_cast<size_t>(head_reps()) * dec.rep_partials * planned::kDecodeRows;
+  dec.partial_o = static_cast<float*>(partials_.data());
+  dec.partial_lse = dec.partial_o + partial_rows * static_cast<size_t>(share.head_dim);
+  dec.merges = stats.num_merges > 0 || graph ? arena.device<planned::DecodeMergeItem>(l.merges[var]) : nullptr;
+  dec.merge_counters = static_cast<int32_t*>(merge_counters_.data());
+  dec.timeline = options().decode_timeline;
+  dec.num_ctas = planner_.grid().num_ctas;
+  // Cooperative only where a plan needs it (a captured graph may replay any plan).
+  dec.cooperative = cooperative_ && (graph || stats.num_all_wait > 0) ? 1 : 0;
+  dec.num_qo_heads = spec.num_qo_heads;
+  dec.num_kv_heads = spec.num_kv_heads;
+  dec.head_dim = spec.head_dim_qk;
+  dec.page_size = c.page_size;
+  dec.sm_scale = spec.scale();
+  dec.logits_soft_cap = spec.logits_soft_cap;
+  dec.k_scale = fp8 ? c.k_scale : 1.0f;
+  dec.v_scale = fp8 ? c.v_scale : 1.0f;
+  dec.q_dtype = q.dtype;
+  dec.kv_dtype = c.dtype;
+  return dec;
+}
+
+}  // namespace attnkit
