@@ -9,6 +9,7 @@
 
 #include "attnkit/batch.h"
 #include "attnkit/kv_cache.h"
+#include "attnkit/layer_params.h"
 #include "attnkit/spec.h"
 #include "attnkit/tensor.h"
 
@@ -114,6 +115,8 @@ class AttentionBackend {
   const BackendOptions& options() const { return context_.options; }
   // Capabilities, computed once.
   const Capabilities& caps() const;
+  // The layer's kernel scalars (layer_params.h), resolved once when the backend is made.
+  const LayerParams& layer_params(int layer) const { return layer_params_[static_cast<size_t>(layer)]; }
 
  protected:
   // The batch's out_cache_loc as a host tensor (for CPU backends' cache stores).
@@ -136,6 +139,7 @@ class AttentionBackend {
                         const TensorView& v, const TensorView& out) const;
 
   BackendContext context_;
+  std::vector<LayerParams> layer_params_;  // [num_layers]
   const ForwardBatch* batch_ = nullptr;
   bool layers_checked_ = false;  // every layer's spec passed why_unsupported once
   mutable std::unique_ptr<Capabilities> caps_;

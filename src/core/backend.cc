@@ -10,6 +10,9 @@ AttentionBackend::AttentionBackend(const BackendContext& context) : context_(con
   ATTNKIT_CHECK(context.cache != nullptr, "backend: the context's cache must not be null");
   ATTNKIT_CHECK(context.cache->config().num_layers >= context.model->num_layers(), "backend: the cache has ",
                 context.cache->config().num_layers, " layers, the model ", context.model->num_layers());
+  for (int l = 0; l < context.model->num_layers(); ++l) {
+    layer_params_.push_back(make_layer_params(context.model->layer(l), context.cache->config()));
+  }
 }
 
 const Capabilities& AttentionBackend::caps() const {

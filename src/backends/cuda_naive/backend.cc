@@ -114,12 +114,9 @@ void CudaNaiveBackend::run_extend(int layer, const TensorView& q, const TensorVi
   const int64_t num_tokens = b.num_tokens();
   cache().store(layer, k, v, TensorView(out_cache_loc_.data(), DType::i64, Device::cuda, {num_tokens}));
 
-  const AttentionSpec& spec = model().layer(layer);
-  const KvCacheConfig& c = cache().config();
-  const bool fp8 = c.dtype == DType::e4m3;
   const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
-
   cuda_naive::BatchParams p;
+  static_cast<LayerParams&>(p) = layer_params(layer);
   p.q = q.data;
   p.k_pool = cache().k_pool(layer);
   p.v_pool = cache().v_pool(layer);
@@ -130,21 +127,9 @@ void CudaNaiveBackend::run_extend(int layer, const TensorView& q, const TensorVi
   p.scores = static_cast<float*>(scores_.data());
   p.out = out.data;
   p.q_dtype = q.dtype;
-  p.kv_dtype = c.dtype;
   p.batch_size = b.batch_size();
-  p.num_rows = num_tokens * spec.num_qo_heads;
+  p.num_rows = num_tokens * p.num_qo_heads;
   p.max_kv_len = max_kv_len_;
-  p.page_size = c.page_size;
-  p.num_qo_heads = spec.num_qo_heads;
-  p.num_kv_heads = spec.num_kv_heads;
-  p.head_dim_qk = spec.head_dim_qk;
-  p.head_dim_vo = spec.head_dim_vo;
-  p.sm_scale = spec.scale();
-  p.soft_cap = spec.logits_soft_cap;
-  p.k_scale = fp8 ? c.k_scale : 1.0f;
-  p.v_scale = fp8 ? c.v_scale : 1.0f;
-  p.causal = spec.causal;
-  p.window_left = spec.window_left;
   cuda_naive::launch_scores(p);
   cuda_naive::launch_softmax(p);
   cuda_naive::launch_pv(p);

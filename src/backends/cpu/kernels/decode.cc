@@ -322,7 +322,7 @@ UnitState attend_heads_t(const AttendParams& p, const UnitWork& u, float* scratc
       }
       for (int h = 0; h < group; ++h) {
         float* s = s_group + h * stride;
-        if (p.soft_cap > 0.0f) soft_cap_inplace(s, n_pad, p.soft_cap);
+        if (p.logits_soft_cap > 0.0f) soft_cap_inplace(s, n_pad, p.logits_soft_cap);
         for (int k = nt; k < n_pad; ++k) s[k] = kNegInf;  // past the range: exp gives 0
         alpha[h] = bf16 ? bf16_softmax_tile(s, n_pad, t.m + head0 + h, t.l + head0 + h)
                         : softmax_head(s, n_pad, t.m + head0 + h, t.l + head0 + h);

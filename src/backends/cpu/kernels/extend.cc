@@ -328,7 +328,7 @@ UnitState attend_rows_t(const AttendParams& p, const UnitWork& u, float* scratch
       }
       qk_tile(t, nk);                                                         // S^T = K Q^T
     }
-    if (p.soft_cap > 0.0f) soft_cap_inplace(t.st, int64_t{nk} * t.m_pad, p.soft_cap);
+    if (p.logits_soft_cap > 0.0f) soft_cap_inplace(t.st, int64_t{nk} * t.m_pad, p.logits_soft_cap);
     if (mask != nullptr) {
       mask_custom(p, u, t, mask, key0, nk, true);
     } else if (partial) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "attnkit/dtype.h"
+#include "attnkit/layer_params.h"
 
 namespace attnkit::cpu {
 
@@ -13,7 +14,9 @@ namespace attnkit::cpu {
 // llama3-8b heads) stay in L2, and each packed K/V tile serves 128 rows (64: 3-10% slower prefill).
 constexpr int kBlockRows = 128;
 
-struct AttendParams {
+// The layer's scalars (heads, head dims, page size, scales, soft-cap, mask rule, cache dtype, MLA)
+// come from LayerParams; what the kernels derive from them is below.
+struct AttendParams : LayerParams {
   const void* q = nullptr;         // [num_tokens, num_qo_heads, head_dim_qk] of q_dtype, never null
   DType q_dtype = DType::f32;
   void* out = nullptr;             // [num_tokens, num_qo_heads, head_dim_vo] of out_dtype, never null
@@ -21,27 +24,16 @@ struct AttendParams {
   const void* k_pool = nullptr;    // [num_slots, num_kv_heads, head_dim_qk] of kv_dtype (MLA: the latent)
   const void* v_pool = nullptr;    // [num_slots, num_kv_heads, head_dim_vo]; MLA: == k_pool, V is the
                                    // first head_dim_vo entries of each latent slot
-  DType kv_dtype = DType::bf16;
-  bool mla = false;                // absorbed MLA: one latent per slot, K and V read from it
   int64_t k_slot_stride = 0;       // elements from one slot to the next in k_pool
   int64_t v_slot_stride = 0;       // ... in v_pool
   int64_t v_head_stride = 0;       // elements from one KV head's V to the next (MLA: 0, all heads share it)
-  int num_qo_heads = 0;
-  int num_kv_heads = 0;
   int group_size = 0;              // num_qo_heads / num_kv_heads
-  int head_dim_qk = 0;
-  int head_dim_vo = 0;
   float q_scale = 1.0f;            // sm_scale, times k_scale for e4m3 caches: folded into q once
-  float v_scale = 1.0f;            // e4m3 caches: applied to the output once
-  float soft_cap = 0.0f;           // 0: off; else logits become cap * tanh(logits / cap)
-  bool causal = true;
-  int window_left = -1;            // -1: off; else key t is visible to position p iff t >= p - window_left
   const float* sinks = nullptr;    // [num_qo_heads] or null
   int kv_tile = 64;                // keys a tile of the rows kernel holds (fixed per layer shape)
   bool bf16_dot = false;           // the CPU has AVX512-BF16: bf16 q and cache take bf16_dot.h's products
 
   // The batch, in its CSR form.
-  int page_size = 0;
   const int32_t* qo_indptr = nullptr;        // [batch_size + 1]
   const int32_t* kv_page_indptr = nullptr;   // [batch_size + 1]
   const int32_t* kv_page_indices = nullptr;  // [kv_page_indptr[batch_size]]

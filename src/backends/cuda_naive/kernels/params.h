@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "attnkit/dtype.h"
+#include "attnkit/layer_params.h"
 
 namespace attnkit::cuda_naive {
 
@@ -26,7 +27,9 @@ struct RequestInfo {
   int32_t page_start = 0;    // first entry of the request's pages in page_indices
 };
 
-struct BatchParams {
+// The layer's scalars (heads, head dims, page size, scale, soft-cap, mask rule, fp8 scales, cache
+// dtype) come from LayerParams; a custom mask overrides `causal` for its request.
+struct BatchParams : LayerParams {
   const void* q = nullptr;                // [num_tokens, num_qo_heads, head_dim_qk] q_dtype, never null
   const void* k_pool = nullptr;           // [num_slots, num_kv_heads, head_dim_qk] kv_dtype, never null
   const void* v_pool = nullptr;           // [num_slots, num_kv_heads, head_dim_vo] kv_dtype, never null
@@ -38,21 +41,9 @@ struct BatchParams {
   void* out = nullptr;                    // [num_tokens, num_qo_heads, head_dim_vo] q_dtype, never null
 
   DType q_dtype = DType::bf16;   // q and out
-  DType kv_dtype = DType::bf16;  // the pools
   int batch_size = 0;
   int64_t num_rows = 0;          // score rows of the batch: num_qo_heads * num_tokens
   int max_kv_len = 0;
-  int page_size = 0;
-  int num_qo_heads = 0;
-  int num_kv_heads = 0;
-  int head_dim_qk = 0;
-  int head_dim_vo = 0;
-  float sm_scale = 0.0f;
-  float soft_cap = 0.0f;         // 0: off
-  float k_scale = 1.0f;          // e4m3 pools: value = stored * scale; else 1
-  float v_scale = 1.0f;
-  bool causal = true;            // ignored for requests with a custom mask
-  int window_left = -1;          // -1: off
 };
 
 }  // namespace attnkit::cuda_naive

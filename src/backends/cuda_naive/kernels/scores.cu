@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(const BatchParams
   if (is_visible(p, r, row.j, t)) {
     const KvT* g_k = static_cast<const KvT*>(p.k_pool) + (slot_of(p, r, t) * p.num_kv_heads + kv_head) * p.head_dim_qk;
     s = dot_row(s_q, g_k, p.head_dim_qk) * p.k_scale * p.sm_scale;
-    if (p.soft_cap > 0.0f) s = p.soft_cap * tanhf(s / p.soft_cap);
+    if (p.logits_soft_cap > 0.0f) s = p.logits_soft_cap * tanhf(s / p.logits_soft_cap);
   }
   row.g_scores[t] = s;
 }
