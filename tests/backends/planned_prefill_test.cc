@@ -220,14 +220,14 @@ TEST(PlannedPrefillParams, RefusesUnsupportedShapes) {
   p.num_kv_heads = 2;
   p.page_size = 16;
   p.sm_scale = 0.1f;
-  p.head_dim = 96;
+  p.head_dim_qk = 96;
   try {
     check_prefill_params(p);
     FAIL() << "head_dim 96 was accepted";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "planned prefill: head_dim must be 64, 128 or 256, got 96");
   }
-  p.head_dim = 128;
+  p.head_dim_qk = 128;
   p.kv_dtype = DType::f32;
   try {
     check_prefill_params(p);

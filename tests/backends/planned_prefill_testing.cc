@@ -93,7 +93,7 @@ void make_setup(const PrefillCase& c, uint64_t seed, LaunchInputs& s) {
   p.batch_size = s.batch.batch_size();
   p.num_qo_heads = c.num_qo_heads;
   p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = c.head_dim;
+  p.head_dim_qk = p.head_dim_vo = c.head_dim;
   p.page_size = c.page_size;
   p.sm_scale = s.spec.scale();
   p.logits_soft_cap = c.soft_cap;

@@ -5,14 +5,12 @@
 namespace attnkit {
 
 planned::PrefillParams PlannedBackend::prefill_params(int layer, const TensorView& q, const TensorView& out) const {
-  const AttentionSpec& spec = model().layer(layer);
-  const KvCacheConfig& c = cache().config();
   const ForwardBatch& b = batch();
   const planned::PlanArena& arena = planner_.arena();
   const planned::PlanLayout& l = arena.layout();
-  const bool fp8 = c.dtype == DType::e4m3;
   const bool has_mask = !b.custom_mask.empty();
   planned::PrefillParams pre;
+  static_cast<LayerParams&>(pre) = layer_params(layer);
   pre.q = q.data;
   pre.out = out.data;
   pre.lse = nullptr;
@@ -32,34 +30,21 @@ planned::PrefillParams PlannedBackend::prefill_params(int layer, const TensorVie
   pre.partial_o = nullptr;  // extend items are never split: no partials, no merge
   pre.partial_lse = nullptr;
   pre.batch_size = b.batch_size();
-  pre.num_qo_heads = spec.num_qo_heads;
-  pre.num_kv_heads = spec.num_kv_heads;
-  pre.head_dim = spec.head_dim_qk;
-  pre.page_size = c.page_size;
-  pre.sm_scale = spec.scale();
-  pre.logits_soft_cap = spec.logits_soft_cap;
-  pre.window_left = spec.window_left;
-  pre.causal = spec.causal;
-  pre.k_scale = fp8 ? c.k_scale : 1.0f;
-  pre.v_scale = fp8 ? c.v_scale : 1.0f;
   pre.q_dtype = q.dtype;
-  pre.kv_dtype = c.dtype;
   return pre;
 }
 
 planned::DecodeParams PlannedBackend::decode_params(int layer, const TensorView& q, const TensorView& out) const {
-  const AttentionSpec& spec = model().layer(layer);
-  const KvCacheConfig& c = cache().config();
   const ForwardBatch& b = batch();
   const planned::PlanArena& arena = planner_.arena();
   const planned::PlanLayout& l = arena.layout();
   const planned::PlanShape& share = planner_.share();
-  const bool fp8 = c.dtype == DType::e4m3;
   const bool has_mask = !b.custom_mask.empty();
   const int var = layer_variant_[static_cast<size_t>(layer)];
   const planned::DecodePlanStats& stats = planner_.stats(var);
   const bool graph = planner_.on_graph_buffer();
   planned::DecodeParams dec;
+  static_cast<LayerParams&>(dec) = layer_params(layer);
   dec.q = q.data;
   dec.out = out.data;
   dec.k_pool = cache().k_pool(layer);
@@ -85,16 +70,7 @@ planned::DecodeParams PlannedBackend::decode_params(int layer, const TensorView&
   dec.num_ctas = planner_.grid().num_ctas;
   // Cooperative only where a plan needs it (a captured graph may replay any plan).
   dec.cooperative = cooperative_ && (graph || stats.num_all_wait > 0) ? 1 : 0;
-  dec.num_qo_heads = spec.num_qo_heads;
-  dec.num_kv_heads = spec.num_kv_heads;
-  dec.head_dim = spec.head_dim_qk;
-  dec.page_size = c.page_size;
-  dec.sm_scale = spec.scale();
-  dec.logits_soft_cap = spec.logits_soft_cap;
-  dec.k_scale = fp8 ? c.k_scale : 1.0f;
-  dec.v_scale = fp8 ? c.v_scale : 1.0f;
   dec.q_dtype = q.dtype;
-  dec.kv_dtype = c.dtype;
   return dec;
 }
 

@@ -76,7 +76,7 @@ void launch(const DecodeParams& p, cudaStream_t stream) {
                                run.cooperative != 0 ? ", cooperative" : "", "): ", cudaGetErrorString(err)));
   }
   ATTNKIT_CUDA_CHECK_LAUNCH("planned decode_kernel [", p.num_ctas, " CTAs, ", p.num_qo_heads, " q / ",
-                            p.num_kv_heads, " kv heads, head_dim ", p.head_dim, ", page_size ", p.page_size, ", q ",
+                            p.num_kv_heads, " kv heads, head_dim ", p.head_dim_qk, ", page_size ", p.page_size, ", q ",
                             dtype_name(p.q_dtype), ", kv ", dtype_name(p.kv_dtype), "]");
 }
 
@@ -97,7 +97,7 @@ int decode_ctas_per_sm(const KernelKey& key) {
 }
 
 void launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  const KernelKey key = select({p.head_dim, p.q_dtype, p.kv_dtype}, p.page_size, "decode");
+  const KernelKey key = select({p.head_dim_qk, p.q_dtype, p.kv_dtype}, p.page_size, "decode");
   ATTNKIT_CHECK(p.num_kv_heads > 0 && p.num_qo_heads % p.num_kv_heads == 0, "planned decode: num_qo_heads (",
                 p.num_qo_heads, ") must be a multiple of num_kv_heads (", p.num_kv_heads, ")");
   ATTNKIT_CHECK(p.head_reps >= 1 && p.num_ctas % p.head_reps == 0 && p.num_kv_heads % p.head_reps == 0,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attnkit/dtype.h"
+#include "attnkit/layer_params.h"
 #include "backends/planned/config.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -63,11 +64,13 @@ struct DecodeMergeItem {
   int32_t all_wait;
 };
 
-struct DecodeParams {
-  const void* q;  // [num_tokens, num_qo_heads, head_dim] q_dtype, never null
-  void* out;      // [num_tokens, num_qo_heads, head_dim] q_dtype, never null
-  void* k_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
-  void* v_pool;  // [num_slots, num_kv_heads, head_dim] kv_dtype, never null; written only with new_k
+// The layer's scalars come from LayerParams: head_dim_qk (== head_dim_vo) one of Support::head_dims,
+// page_size and kv_dtype as Support allows (config.h); windows are the plan's (its variants).
+struct DecodeParams : LayerParams {
+  const void* q;  // [num_tokens, num_qo_heads, head_dim_qk] q_dtype, never null
+  void* out;      // [num_tokens, num_qo_heads, head_dim_qk] q_dtype, never null
+  void* k_pool;  // [num_slots, num_kv_heads, head_dim_qk] kv_dtype, never null; written only with new_k
+  void* v_pool;  // [num_slots, num_kv_heads, head_dim_qk] kv_dtype, never null; written only with new_k
   // Request i's page-table entries: kv_page_indices[page_begin[i] + j] for its pages j, never null.
   const int32_t* kv_page_indices;
   const int32_t* page_begin;          // [batch_size]
@@ -78,7 +81,7 @@ struct DecodeParams {
   const uint8_t* custom_mask;         // [custom_mask_indptr[batch_size]] or null
   const int64_t* custom_mask_indptr;  // [batch_size + 1] or null (null: no request has a mask)
   const float* sinks;                 // [num_qo_heads] natural-log logits, or null
-  // This step's K and V rows, [num_tokens, num_kv_heads, head_dim] kv_dtype, when the kernel also
+  // This step's K and V rows, [num_tokens, num_kv_heads, head_dim_qk] kv_dtype, when the kernel also
   // stores them: the chunk that owns a request's new key reads it from here and writes it to the
   // cache at out_cache_loc (no store kernel runs). Null: the cache already holds them.
   const void* new_k = nullptr;
@@ -93,7 +96,7 @@ struct DecodeParams {
   // its merges' counters r * rep_merges further on (load_item, join_if_last).
   const int32_t* cta_item_indptr;  // [num_ctas / head_reps + 1], never null
   const DecodeWorkItem* items;     // [cta_item_indptr[num_ctas / head_reps]], never null
-  float* partial_o;    // [head_reps * rep_partials, kDecodeRows, head_dim] f32, normalised, v_scale applied; may be null
+  float* partial_o;    // [head_reps * rep_partials, kDecodeRows, head_dim_qk] f32, normalised, v_scale applied; may be null
   float* partial_lse;  // [head_reps * rep_partials, kDecodeRows] natural log, sinks excluded; may be null
   const DecodeMergeItem* merges;   // the plan's merge items, or null when no item is split
   int32_t* merge_counters;         // [head_reps * rep_merges], zero between launches (the joining CTA resets its own)
@@ -110,16 +113,7 @@ struct DecodeParams {
   // 1: launched cooperatively (every CTA resident at once), so all_wait merges may wait; set by
   // launch_decode where the instance's residency allows, from a request for it here.
   int cooperative = 0;
-  int num_qo_heads = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;    // one of Support::head_dims (config.h)
-  int page_size = 0;   // Support::min_page_size..max_page_size
-  float sm_scale = 0.0f;         // resolved, never 0
-  float logits_soft_cap = 0.0f;  // 0: off
-  float k_scale = 1.0f;          // e4m3 cache only (1 otherwise)
-  float v_scale = 1.0f;
-  DType q_dtype = DType::bf16;   // bf16 or f16 (q and out)
-  DType kv_dtype = DType::bf16;  // bf16, f16 or e4m3
+  DType q_dtype = DType::bf16;   // q and out: one of Support::q_dtypes (config.h)
 };
 
 // Slots of a CTA's timeline record: SM id, entry, first tile landed, last tile consumed, exit, the

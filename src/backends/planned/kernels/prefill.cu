@@ -46,7 +46,7 @@ void launch_config(const PrefillParams& p, cudaStream_t stream) {
     ATTNKIT_CUDA_CHECK(cudaGetDevice(&device));
     ATTNKIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     if (major != 9)
-      throw Error(::attnkit::detail::concat("planned prefill: head_dim ", p.head_dim,
+      throw Error(::attnkit::detail::concat("planned prefill: head_dim ", p.head_dim_qk,
                                             " runs on wgmma, which needs a Hopper (sm_90a) GPU, got compute capability ",
                                             major, ".x"));
   }
@@ -59,7 +59,7 @@ void launch_config(const PrefillParams& p, cudaStream_t stream) {
   (void)smem_ready;
   const dim3 grid(static_cast<unsigned>(p.num_work_items), static_cast<unsigned>(p.num_kv_heads));
   prefill_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
-  ATTNKIT_CUDA_CHECK_LAUNCH("planned prefill (head_dim ", p.head_dim, ", ", p.num_work_items, " work items x ",
+  ATTNKIT_CUDA_CHECK_LAUNCH("planned prefill (head_dim ", p.head_dim_qk, ", ", p.num_work_items, " work items x ",
                             p.num_kv_heads, " kv heads)");
 }
 
@@ -117,7 +117,7 @@ std::vector<PrefillWorkItem> make_prefill_work(const ForwardBatch& batch, int nu
 
 void check_prefill_params(const PrefillParams& p) {
   auto fail = [](auto&&... parts) { throw Error(::attnkit::detail::concat("planned prefill: ", parts...)); };
-  select({p.head_dim, p.q_dtype, p.kv_dtype}, p.page_size, "prefill");
+  select({p.head_dim_qk, p.q_dtype, p.kv_dtype}, p.page_size, "prefill");
   if (p.num_kv_heads < 1 || p.num_qo_heads % p.num_kv_heads != 0)
     fail("num_qo_heads (", p.num_qo_heads, ") must be a multiple of num_kv_heads (", p.num_kv_heads, ")");
   if (p.num_kv_heads > 65535) fail("num_kv_heads must be at most 65535, got ", p.num_kv_heads);
@@ -135,7 +135,7 @@ void launch_prefill(const PrefillParams& p, cudaStream_t stream) {
   check_prefill_params(p);
   if (p.num_work_items == 0) return;
   // The math runs in q's type; a cache of another type is converted as its tiles are loaded.
-  with_config({p.head_dim, p.q_dtype, p.kv_dtype}, [&](auto cfg) { launch_config<decltype(cfg)>(p, stream); });
+  with_config({p.head_dim_qk, p.q_dtype, p.kv_dtype}, [&](auto cfg) { launch_config<decltype(cfg)>(p, stream); });
 }
 
 }  // namespace attnkit::planned

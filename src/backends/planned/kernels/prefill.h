@@ -9,6 +9,7 @@
 
 #include "attnkit/batch.h"
 #include "attnkit/dtype.h"
+#include "attnkit/layer_params.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -32,16 +33,18 @@ struct PrefillWorkItem {
   int32_t partial_row;
 };
 
-struct PrefillParams {
+// The layer's scalars come from LayerParams: head_dim_qk (== head_dim_vo) one of Support::head_dims,
+// page_size and kv_dtype as Support allows (config.h).
+struct PrefillParams : LayerParams {
   // Activations, in q_dtype (bf16 or f16); out has q's dtype.
-  const void* q = nullptr;  // [num_tokens, num_qo_heads, head_dim], never null
-  void* out = nullptr;      // [num_tokens, num_qo_heads, head_dim], never null (unused by split items)
+  const void* q = nullptr;  // [num_tokens, num_qo_heads, head_dim_qk], never null
+  void* out = nullptr;      // [num_tokens, num_qo_heads, head_dim_qk], never null (unused by split items)
   float* lse = nullptr;     // [num_tokens, num_qo_heads] natural log, sinks excluded, -inf for an empty row; may be null
 
   // One layer's paged pools in kv_dtype: bf16 or f16 (converted to q's type when it differs), or
   // e4m3 read as stored * k_scale / v_scale.
-  const void* k_pool = nullptr;  // [num_slots, num_kv_heads, head_dim], never null; slot s is in page s / page_size
-  const void* v_pool = nullptr;  // [num_slots, num_kv_heads, head_dim], never null
+  const void* k_pool = nullptr;  // [num_slots, num_kv_heads, head_dim_qk], never null; slot s is in page s / page_size
+  const void* v_pool = nullptr;  // [num_slots, num_kv_heads, head_dim_qk], never null
 
   // The batch, on the device (the same CSR arrays as ForwardBatch, uploaded by the planner).
   const int32_t* qo_indptr = nullptr;         // [batch_size + 1], never null
@@ -60,22 +63,11 @@ struct PrefillParams {
   // The work list (from the planner, on the device) and where split items write.
   const PrefillWorkItem* work = nullptr;  // [num_work_items], never null
   int num_work_items = 0;
-  float* partial_o = nullptr;    // [num_partial_rows, num_qo_heads, head_dim] f32; null when no item splits
+  float* partial_o = nullptr;    // [num_partial_rows, num_qo_heads, head_dim_qk] f32; null when no item splits
   float* partial_lse = nullptr;  // [num_partial_rows, num_qo_heads] natural log, sinks excluded; null when no item splits
 
   int batch_size = 0;
-  int num_qo_heads = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;    // one of Support::head_dims (config.h), qk and vo alike
-  int page_size = 0;   // Support::min_page_size..max_page_size
-  float sm_scale = 0.0f;         // the logit scale, already resolved (never 0)
-  float logits_soft_cap = 0.0f;  // 0: off; else cap * tanh(x / cap) after scaling
-  int window_left = -1;          // -1: off; else key t visible to position p only if t >= p - window_left
-  bool causal = true;
-  float k_scale = 1.0f;          // e4m3 cache only
-  float v_scale = 1.0f;
-  DType q_dtype = DType::bf16;   // bf16 or f16
-  DType kv_dtype = DType::bf16;  // bf16, f16 or e4m3
+  DType q_dtype = DType::bf16;   // q and out: one of Support::q_dtypes (config.h)
 };
 
 // Packed rows one CTA covers for this head dim (the q tile), for the planner's tile count:
