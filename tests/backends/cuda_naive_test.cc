@@ -44,7 +44,7 @@ TEST(CudaNaive, StandardCases) {
 TEST(CudaNaive, RandomLlamaCases) {
   SKIP_WITHOUT_CUDA();
   const ModelSpec model = make_preset("llama3-8b", 1);
-  for (const harness::CheckCase& c : harness::random_cases(model, cuda_naive_capabilities(), 6, 7)) {
+  for (const harness::CheckCase& c : harness::random_cases(model, cuda_naive::capabilities(), 6, 7)) {
     const harness::CheckResult r = harness::run_check("cuda-naive", c);
     if (!r.skipped.empty()) continue;
     EXPECT_TRUE(r.passed) << harness::describe(c) << ": " << r.message;

@@ -22,16 +22,20 @@ constexpr int64_t kMaxKvLen = int64_t{65535} * 128;
 
 }  // namespace
 
-Capabilities cuda_naive_capabilities() {
+namespace cuda_naive {
+
+Capabilities capabilities() {
   Capabilities c;
   c.device = Device::cuda;
-  c.q_dtypes = {DType::bf16, DType::f16};
-  c.kv_dtypes = {DType::bf16, DType::f16, DType::e4m3};
-  c.max_head_dim = cuda_naive::kMaxHeadDim;  // any head dims up to it, qk and vo may differ
+  c.q_dtypes.assign(Support::q_dtypes.begin(), Support::q_dtypes.end());
+  c.kv_dtypes.assign(Support::kv_dtypes.begin(), Support::kv_dtypes.end());
+  c.max_head_dim = Support::max_head_dim;
   c.mla = false;
   c.cuda_graph = false;
   return c;
 }
+
+}  // namespace cuda_naive
 
 CudaNaiveBackend::CudaNaiveBackend(const BackendContext& context) : AttentionBackend(context) {}
 
@@ -139,7 +143,7 @@ void register_cuda_naive_backend(Registry& registry) {
   registry.add({.name = "cuda-naive",
                 .description = "scores to HBM, softmax, then P V: three kernels over the batch, no tiling (the IO-unaware baseline)",
                 .device = Device::cuda,
-                .capabilities = cuda_naive_capabilities,
+                .capabilities = cuda_naive::capabilities,
                 .why_unavailable = [] { return cuda::why_unavailable(); },
                 .create = [](const BackendContext& ctx) -> std::unique_ptr<AttentionBackend> {
                   return std::make_unique<CudaNaiveBackend>(ctx);

@@ -6,16 +6,15 @@
 #include <vector>
 
 #include "attnkit/backend.h"
+#include "backends/cuda_naive/config.h"
 
 namespace attnkit {
-
-Capabilities cuda_naive_capabilities();
 
 class CudaNaiveBackend final : public AttentionBackend {
  public:
   explicit CudaNaiveBackend(const BackendContext& context);
   std::string name() const override { return "cuda-naive"; }
-  Capabilities capabilities() const override { return cuda_naive_capabilities(); }
+  Capabilities capabilities() const override { return cuda_naive::capabilities(); }
   void synchronize() override;
   // Device memory held beyond the cache: the score workspace and the uploaded batch metadata.
   size_t workspace_bytes() const override;

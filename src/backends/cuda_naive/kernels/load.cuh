@@ -10,6 +10,7 @@
 
 #include "attnkit/error.h"
 #include "backends/cuda_naive/kernels/params.h"
+#include "cuda/pick.cuh"
 
 namespace attnkit::cuda_naive {
 
@@ -115,25 +116,35 @@ __device__ __forceinline__ float dot_row(const float* s_q, const KvT* g_k, int d
   return acc;
 }
 
-// Calls fn(QT{}, KvT{}) with the element types of p's q and cache dtypes: the written-out switch
-// every launcher goes through, ending in the "unsupported" answer.
+// The element type of a DType as these kernels load it.
+template <DType>
+struct ElementType;
+template <>
+struct ElementType<DType::bf16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct ElementType<DType::f16> {
+  using type = __half;
+};
+template <>
+struct ElementType<DType::e4m3> {
+  using type = __nv_fp8_e4m3;
+};
+
+// Calls fn(QT{}, KvT{}) with the element types of p's q and cache dtypes, for config.h's Support
+// lists only; every launcher goes through it.
 template <typename Fn>
 void dispatch_dtypes(const BatchParams& p, Fn&& fn) {
-  auto with_kv = [&](auto q_tag) {
-    switch (p.kv_dtype) {
-      case DType::bf16: return fn(q_tag, __nv_bfloat16{});
-      case DType::f16: return fn(q_tag, __half{});
-      case DType::e4m3: return fn(q_tag, __nv_fp8_e4m3{});
-      default: break;
-    }
-    throw Error(detail::concat("cuda-naive: cache dtype must be bf16, f16 or e4m3, got ", dtype_name(p.kv_dtype)));
-  };
-  switch (p.q_dtype) {
-    case DType::bf16: return with_kv(__nv_bfloat16{});
-    case DType::f16: return with_kv(__half{});
-    default: break;
-  }
-  throw Error(detail::concat("cuda-naive: q dtype must be bf16 or f16, got ", dtype_name(p.q_dtype)));
+  bool ran = false;
+  cuda::pick<Support::q_dtypes>(p.q_dtype, [&](auto q) {
+    cuda::pick<Support::kv_dtypes>(p.kv_dtype, [&](auto kv) {
+      fn(typename ElementType<q.value>::type{}, typename ElementType<kv.value>::type{});
+      ran = true;
+    });
+  });
+  // Capabilities refuse other dtypes before any launch; this answers a caller that skipped them.
+  ATTNKIT_CHECK(ran, "cuda-naive: no kernel for q ", dtype_name(p.q_dtype), ", cache ", dtype_name(p.kv_dtype));
 }
 
 }  // namespace attnkit::cuda_naive

@@ -7,11 +7,9 @@
 
 #include "attnkit/dtype.h"
 #include "attnkit/layer_params.h"
+#include "backends/cuda_naive/config.h"
 
 namespace attnkit::cuda_naive {
-
-// The widest head this backend's kernels hold in registers and shared memory.
-inline constexpr int kMaxHeadDim = 256;
 
 // One request, as the kernels see it; nothing here depends on the layer's head count, so one
 // upload serves every layer. Its score rows are (head h, query j), numbered

@@ -8,18 +8,14 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
-#include <utility>
 
 #include "attnkit/error.h"
 #include "backends/planned/config.h"
+#include "cuda/pick.cuh"
 
 namespace attnkit::planned {
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
+using cuda::TypeTag;
 
 // The CUDA element type of a DType: e4m3 is read as raw bytes and converted by the kernels.
 template <DType>
@@ -37,24 +33,9 @@ struct CudaType<DType::e4m3> {
   using type = uint8_t;
 };
 
-namespace select_detail {
-
-// Calls fn(integral_constant<..., kList[i]>) for the i with kList[i] == value; false if none.
-template <const auto& kList, typename Fn, size_t... I>
-bool pick(auto value, Fn&& fn, std::index_sequence<I...>) {
-  using V = std::remove_cvref_t<decltype(kList[0])>;
-  return ((value == kList[I] ? (fn(std::integral_constant<V, kList[I]>{}), true) : false) || ...);
-}
-template <const auto& kList, typename Fn>
-bool pick(auto value, Fn&& fn) {
-  return pick<kList>(value, fn, std::make_index_sequence<kList.size()>{});
-}
-
-}  // namespace select_detail
-
 template <typename Fn>
 void dispatch(const KernelKey& key, Fn&& fn) {
-  using select_detail::pick;
+  using cuda::pick;
   bool ran = false;
   pick<Support::head_dims>(key.head_dim, [&](auto dim) {
     pick<Support::q_dtypes>(key.q_dtype, [&](auto q) {
