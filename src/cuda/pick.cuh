@@ -1,17 +1,39 @@
-// From one runtime value to the compile-time entry of a constexpr list that equals it: how a GPU
-// backend's dispatch turns what its config.h lists into template instances, so the list is written
-// once and the dispatch cannot offer more or less than it.
+// From one runtime value to the compile-time entry of a constexpr list that equals it, and a DType
+// to its CUDA element type: how a GPU backend's dispatch turns what its config.h lists into
+// template instances, so the list is written once and the dispatch cannot offer more or less.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstddef>
 #include <type_traits>
 #include <utility>
+
+#include "attnkit/dtype.h"
 
 namespace attnkit::cuda {
 
 template <typename T>
 struct TypeTag {
   using type = T;
+};
+
+// The CUDA element type of a DType; a backend that reads e4m3 as raw bytes names uint8_t for it.
+template <DType, typename E4m3 = __nv_fp8_e4m3>
+struct ElementType;
+template <typename E4m3>
+struct ElementType<DType::bf16, E4m3> {
+  using type = __nv_bfloat16;
+};
+template <typename E4m3>
+struct ElementType<DType::f16, E4m3> {
+  using type = __half;
+};
+template <typename E4m3>
+struct ElementType<DType::e4m3, E4m3> {
+  using type = E4m3;
 };
 
 namespace pick_detail {

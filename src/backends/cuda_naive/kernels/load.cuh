@@ -116,22 +116,6 @@ __device__ __forceinline__ float dot_row(const float* s_q, const KvT* g_k, int d
   return acc;
 }
 
-// The element type of a DType as these kernels load it.
-template <DType>
-struct ElementType;
-template <>
-struct ElementType<DType::bf16> {
-  using type = __nv_bfloat16;
-};
-template <>
-struct ElementType<DType::f16> {
-  using type = __half;
-};
-template <>
-struct ElementType<DType::e4m3> {
-  using type = __nv_fp8_e4m3;
-};
-
 // Calls fn(QT{}, KvT{}) with the element types of p's q and cache dtypes, for config.h's Support
 // lists only; every launcher goes through it.
 template <typename Fn>
@@ -139,7 +123,7 @@ void dispatch_dtypes(const BatchParams& p, Fn&& fn) {
   bool ran = false;
   cuda::pick<Support::q_dtypes>(p.q_dtype, [&](auto q) {
     cuda::pick<Support::kv_dtypes>(p.kv_dtype, [&](auto kv) {
-      fn(typename ElementType<q.value>::type{}, typename ElementType<kv.value>::type{});
+      fn(typename cuda::ElementType<q.value>::type{}, typename cuda::ElementType<kv.value>::type{});
       ran = true;
     });
   });

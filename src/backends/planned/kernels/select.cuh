@@ -4,9 +4,6 @@
 // compiles is one of these lists' products, and nothing else.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 #include "attnkit/error.h"
@@ -17,21 +14,9 @@ namespace attnkit::planned {
 
 using cuda::TypeTag;
 
-// The CUDA element type of a DType: e4m3 is read as raw bytes and converted by the kernels.
-template <DType>
-struct CudaType;
-template <>
-struct CudaType<DType::bf16> {
-  using type = __nv_bfloat16;
-};
-template <>
-struct CudaType<DType::f16> {
-  using type = __half;
-};
-template <>
-struct CudaType<DType::e4m3> {
-  using type = uint8_t;
-};
+// e4m3 is read as raw bytes and converted by the kernels.
+template <DType kDtype>
+using CudaType = cuda::ElementType<kDtype, uint8_t>;
 
 template <typename Fn>
 void dispatch(const KernelKey& key, Fn&& fn) {
