@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs ON THE GPU MACHINE: the GPU tests, `attnkit check` over the GPU backends, `attnkit bench` and
 # the peers (bench/peers) on the same shapes, then one short table. Uses the binaries staged in
-# dist/ by build-for-device.sh when present, else builds from the carried third_party/.
+# dist/ by build-for-device.sh when present, else builds there (from third_party/ when the machine has no packages).
 #
 #   scripts/device-check.sh [--no-tests] [--no-check] [--no-bench] [--no-peers] [--sanitize]
 #                           [--shapes "NAME;NAME"] [--backends "a b"] [--tests "x_tests y_tests"]
@@ -60,7 +60,7 @@ else
   test_dir=build-device/tests
   export LD_LIBRARY_PATH="${cublas_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-# Tests that run the tool find it here (their compiled-in path is the build machine's).
+# Tests that run the tool find it here (the path compiled into them is where they were built).
 export ATTNKIT_TOOL="$root/$tool"
 if ldd "$tool" | grep "not found"; then note "missing shared libraries for $tool (above)"; fi
 "$tool" list || note "attnkit list FAILED"

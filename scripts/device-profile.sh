@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hardware counters (Nsight Compute) of attnkit's kernels and, for the same shape, of a FlashInfer
 # peer's, so a gap between the two can be read as bytes, requests and stalls rather than guessed.
-# Runs on the GPU machine over a tree carrying dist/ (scripts/build-for-device.sh) and .whl/.
+# Runs on the GPU machine, in a tree with dist/ (scripts/build-for-device.sh) and .whl/.
 #
 #   scripts/device-profile.sh "decode 64x16384" [more shape names...]
 #
@@ -21,7 +21,7 @@ peer="${PROFILE_PEER:-flashinfer-decode-tc}"
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Chart
   --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats)
 [[ -n "${PROFILE_METRICS:-}" ]] && sections=(--metrics "$PROFILE_METRICS")
-# Clocks are left as they are (the machine's notes ask for it; it is also how the benchmarks run).
+# Clocks are left as they are: that is how the benchmarks run.
 ncu_base=(ncu --clock-control none --target-processes all)
 
 cublas_dirs=$(scripts/cuda-lib-dirs.sh)

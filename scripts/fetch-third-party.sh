@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepares, on a machine with package registries, what the GPU machine lacks, into ignored folders
-# that a device call carries: third_party/prefix (Debian libraries), third_party/googletest (sources),
+# Prepares, on a machine with package registries, what a GPU machine without one lacks, into
+# ignored folders to copy there with the tree: third_party/prefix (Debian libraries), third_party/googletest (sources),
 # .whl (FlashInfer and its missing Python dependencies). Building and staging is build-for-device.sh.
 set -euo pipefail
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Rewrites FlashInfer's wheel keeping only what its attention wrappers import and JIT-compile.
 
-The full wheel (hundreds of MB of kernels for other ops) does not fit what a device call may
-carry; fetch-third-party.sh calls this on the downloaded wheel. The module closure is computed
+The full wheel (hundreds of MB of kernels for other ops) is mostly what a benchmark of attention
+never loads; fetch-third-party.sh calls this on the downloaded wheel. The module closure is computed
 from the source (module-level imports, guarded or not), so no import of torch is needed here.
 """
 import ast

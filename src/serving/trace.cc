@@ -40,7 +40,7 @@ std::string builtin_trace_path() {
 #ifdef ATTNKIT_SOURCE_DATA_DIR
   roots.emplace_back(ATTNKIT_SOURCE_DATA_DIR);
 #endif
-  roots.emplace_back("data");  // a copy of the tree without the build (binaries carried elsewhere)
+  roots.emplace_back("data");  // a source tree whose binaries were built elsewhere
   for (const fs::path& root : roots) {
     const fs::path p = root / "traces" / kBuiltinFile;
     if (fs::exists(p)) return p.string();

@@ -49,14 +49,14 @@ struct PlanShape {
 // The decode grid runs one plan over every share of the KV heads (DecodeParams::head_reps): each KV
 // head of a request has the same history, so the plan for num_kv_heads / reps heads on
 // num_ctas / reps CTAs serves each share, and costs a reps-th of planning them all (256 requests
-// of [128, 4096], llama3-8b heads, 396 CTAs: 9.0 us whole, 3.4 us a share of 4, build machine).
+// of [128, 4096], llama3-8b heads, 396 CTAs: 9.0 us whole, 3.4 us a share of 4, on a 2-vCPU Zen 4 host).
 // reps is the largest that divides both the KV heads and the CTAs.
 int plan_head_reps(const PlanShape& grid);
 // The persistent decode grid for `slots` resident CTAs (SMs x CTAs an SM): trimmed to a multiple of
 // the most shares of the KV heads that leaves at most 2% of the slots empty (396 -> 392 for 8 KV
 // heads: 8 shares of one head on 49 CTAs). The CTAs of one plan CTA read every head's rows of the
 // same tokens at once, and the scheduler plans one head instead of two: 3.96 -> 2.41 us at 256
-// requests (build machine), decode 0.999-1.004 of 396 CTAs in 4 shares (H200, 3 rounds alternated).
+// requests (2-vCPU Zen 4 host), decode 0.999-1.004 of 396 CTAs in 4 shares (H200, 3 rounds alternated).
 int decode_grid_ctas(int slots, int num_kv_heads);
 // What the scheduler plans for one share: the same group and head_dim, 1/reps of the heads and CTAs.
 PlanShape share_shape(const PlanShape& grid, int reps);
