@@ -62,6 +62,7 @@ class PlannedBackend final : public AttentionBackend {
                ? static_cast<const float*>(sinks_.data()) + static_cast<size_t>(layer) * planner_.grid().num_qo_heads
                : nullptr;
   }
+  planned::BatchArrays batch_arrays(int layer) const;
   planned::PrefillParams prefill_params(int layer, const TensorView& q, const TensorView& out) const;
   planned::DecodeParams decode_params(int layer, const TensorView& q, const TensorView& out) const;
 

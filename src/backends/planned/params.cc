@@ -4,27 +4,35 @@
 
 namespace attnkit {
 
+planned::BatchArrays PlannedBackend::batch_arrays(int layer) const {
+  const planned::PlanArena& arena = planner_.arena();
+  const planned::PlanLayout& l = arena.layout();
+  const bool has_mask = !batch().custom_mask.empty();
+  planned::BatchArrays a;
+  a.qo_indptr = arena.device<int32_t>(l.qo_indptr);
+  a.kv_page_indices = arena.device<int32_t>(l.kv_page_indices);
+  a.page_begin = arena.device<int32_t>(l.page_begin);
+  a.kv_page_indptr = arena.device<int32_t>(l.kv_page_indptr);
+  a.kv_last_page_len = arena.device<int32_t>(l.kv_last_page_len);
+  a.prefix_lens = arena.device<int32_t>(l.prefix_lens);
+  a.custom_mask = has_mask ? arena.device<uint8_t>(l.custom_mask) : nullptr;
+  a.custom_mask_indptr = has_mask ? arena.device<int64_t>(l.custom_mask_indptr) : nullptr;
+  a.sinks = layer_sinks(layer);
+  return a;
+}
+
 planned::PrefillParams PlannedBackend::prefill_params(int layer, const TensorView& q, const TensorView& out) const {
   const ForwardBatch& b = batch();
   const planned::PlanArena& arena = planner_.arena();
   const planned::PlanLayout& l = arena.layout();
-  const bool has_mask = !b.custom_mask.empty();
   planned::PrefillParams pre;
   static_cast<LayerParams&>(pre) = layer_params(layer);
+  static_cast<planned::BatchArrays&>(pre) = batch_arrays(layer);
   pre.q = q.data;
   pre.out = out.data;
   pre.lse = nullptr;
   pre.k_pool = cache().k_pool(layer);
   pre.v_pool = cache().v_pool(layer);
-  pre.qo_indptr = arena.device<int32_t>(l.qo_indptr);
-  pre.kv_page_indptr = arena.device<int32_t>(l.kv_page_indptr);
-  pre.kv_page_indices = arena.device<int32_t>(l.kv_page_indices);
-  pre.page_begin = arena.device<int32_t>(l.page_begin);
-  pre.kv_last_page_len = arena.device<int32_t>(l.kv_last_page_len);
-  pre.prefix_lens = arena.device<int32_t>(l.prefix_lens);
-  pre.custom_mask = has_mask ? arena.device<uint8_t>(l.custom_mask) : nullptr;
-  pre.custom_mask_indptr = has_mask ? arena.device<int64_t>(l.custom_mask_indptr) : nullptr;
-  pre.sinks = layer_sinks(layer);
   pre.work = arena.device<planned::PrefillWorkItem>(l.prefill_items);
   pre.num_work_items = planner_.num_prefill_items();
   pre.partial_o = nullptr;  // extend items are never split: no partials, no merge
@@ -35,27 +43,19 @@ planned::PrefillParams PlannedBackend::prefill_params(int layer, const TensorVie
 }
 
 planned::DecodeParams PlannedBackend::decode_params(int layer, const TensorView& q, const TensorView& out) const {
-  const ForwardBatch& b = batch();
   const planned::PlanArena& arena = planner_.arena();
   const planned::PlanLayout& l = arena.layout();
   const planned::PlanShape& share = planner_.share();
-  const bool has_mask = !b.custom_mask.empty();
   const int var = layer_variant_[static_cast<size_t>(layer)];
   const planned::DecodePlanStats& stats = planner_.stats(var);
   const bool graph = planner_.on_graph_buffer();
   planned::DecodeParams dec;
   static_cast<LayerParams&>(dec) = layer_params(layer);
+  static_cast<planned::BatchArrays&>(dec) = batch_arrays(layer);
   dec.q = q.data;
   dec.out = out.data;
   dec.k_pool = cache().k_pool(layer);
   dec.v_pool = cache().v_pool(layer);
-  dec.kv_page_indices = arena.device<int32_t>(l.kv_page_indices);
-  dec.page_begin = arena.device<int32_t>(l.page_begin);
-  dec.kv_page_indptr = arena.device<int32_t>(l.kv_page_indptr);
-  dec.kv_last_page_len = arena.device<int32_t>(l.kv_last_page_len);
-  dec.custom_mask = has_mask ? arena.device<uint8_t>(l.custom_mask) : nullptr;
-  dec.custom_mask_indptr = has_mask ? arena.device<int64_t>(l.custom_mask_indptr) : nullptr;
-  dec.sinks = layer_sinks(layer);
   dec.cta_item_indptr = arena.device<int32_t>(l.cta_item_indptr[var]);
   dec.items = arena.device<planned::DecodeWorkItem>(l.decode_items[var]);
   dec.head_reps = head_reps();

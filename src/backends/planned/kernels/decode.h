@@ -8,6 +8,7 @@
 
 #include "attnkit/dtype.h"
 #include "attnkit/layer_params.h"
+#include "backends/planned/kernels/batch_arrays.h"
 #include "backends/planned/config.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -65,22 +66,13 @@ struct DecodeMergeItem {
 };
 
 // The layer's scalars come from LayerParams: head_dim_qk (== head_dim_vo) one of Support::head_dims,
-// page_size and kv_dtype as Support allows (config.h); windows are the plan's (its variants).
-struct DecodeParams : LayerParams {
+// page_size and kv_dtype as Support allows (config.h); windows are the plan's (its variants). The
+// batch's arrays come from BatchArrays.
+struct DecodeParams : LayerParams, BatchArrays {
   const void* q;  // [num_tokens, num_qo_heads, head_dim_qk] q_dtype, never null
   void* out;      // [num_tokens, num_qo_heads, head_dim_qk] q_dtype, never null
   void* k_pool;  // [num_slots, num_kv_heads, head_dim_qk] kv_dtype, never null; written only with new_k
   void* v_pool;  // [num_slots, num_kv_heads, head_dim_qk] kv_dtype, never null; written only with new_k
-  // Request i's page-table entries: kv_page_indices[page_begin[i] + j] for its pages j, never null.
-  const int32_t* kv_page_indices;
-  const int32_t* page_begin;          // [batch_size]
-  // The batch's [batch_size + 1] and [batch_size]: the end of the chunk that holds a request's new
-  // key is read from these (see load_item), never null.
-  const int32_t* kv_page_indptr;
-  const int32_t* kv_last_page_len;
-  const uint8_t* custom_mask;         // [custom_mask_indptr[batch_size]] or null
-  const int64_t* custom_mask_indptr;  // [batch_size + 1] or null (null: no request has a mask)
-  const float* sinks;                 // [num_qo_heads] natural-log logits, or null
   // This step's K and V rows, [num_tokens, num_kv_heads, head_dim_qk] kv_dtype, when the kernel also
   // stores them: the chunk that owns a request's new key reads it from here and writes it to the
   // cache at out_cache_loc (no store kernel runs). Null: the cache already holds them.

@@ -10,6 +10,7 @@
 #include "attnkit/batch.h"
 #include "attnkit/dtype.h"
 #include "attnkit/layer_params.h"
+#include "backends/planned/kernels/batch_arrays.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -34,8 +35,8 @@ struct PrefillWorkItem {
 };
 
 // The layer's scalars come from LayerParams: head_dim_qk (== head_dim_vo) one of Support::head_dims,
-// page_size and kv_dtype as Support allows (config.h).
-struct PrefillParams : LayerParams {
+// page_size and kv_dtype as Support allows (config.h). The batch's arrays come from BatchArrays.
+struct PrefillParams : LayerParams, BatchArrays {
   // Activations, in q_dtype (bf16 or f16); out has q's dtype.
   const void* q = nullptr;  // [num_tokens, num_qo_heads, head_dim_qk], never null
   void* out = nullptr;      // [num_tokens, num_qo_heads, head_dim_qk], never null (unused by split items)
@@ -45,20 +46,6 @@ struct PrefillParams : LayerParams {
   // e4m3 read as stored * k_scale / v_scale.
   const void* k_pool = nullptr;  // [num_slots, num_kv_heads, head_dim_qk], never null; slot s is in page s / page_size
   const void* v_pool = nullptr;  // [num_slots, num_kv_heads, head_dim_qk], never null
-
-  // The batch, on the device (the same CSR arrays as ForwardBatch, uploaded by the planner).
-  const int32_t* qo_indptr = nullptr;         // [batch_size + 1], never null
-  const int32_t* kv_page_indptr = nullptr;    // [batch_size + 1], never null
-  // Request i's page-table entries: kv_page_indices[page_begin[i] + j] for its pages j, never null.
-  const int32_t* kv_page_indices = nullptr;
-  const int32_t* page_begin = nullptr;        // [batch_size], never null
-  const int32_t* kv_last_page_len = nullptr;  // [batch_size] 1..page_size, never null
-  const int32_t* prefix_lens = nullptr;       // [batch_size] position of each request's first new token, never null
-  // Optional custom masks: request i's [qo_len, kv_len] row-major 0/1 bytes start at
-  // custom_mask[custom_mask_indptr[i]]; an empty range means the causal/window rule. Both null: none.
-  const uint8_t* custom_mask = nullptr;          // [custom_mask_indptr[batch_size]] or null
-  const int64_t* custom_mask_indptr = nullptr;   // [batch_size + 1] or null
-  const float* sinks = nullptr;                  // [num_qo_heads] logits added to the denominator only, or null
 
   // The work list (from the planner, on the device) and where split items write.
   const PrefillWorkItem* work = nullptr;  // [num_work_items], never null
