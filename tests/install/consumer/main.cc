@@ -1,10 +1,11 @@
-// An outside project's use of attnkit: the backends listed, a preset, a cpu KvCache, the `cpu`
-// backend's forward once, every output finite. Where attnkit has CUDA, its CUDA backends must be
+// An outside project's use of attnkit: the backends listed, compare() and copy() on small arrays,
+// a preset, a cpu KvCache, the `cpu` backend's forward once, every output finite. Where attnkit has CUDA, its CUDA backends must be
 // listed, and with a GPU present cuda-naive and (CONSUMER_WITH_CUDA) a kernel of this project run too.
 #include <attnkit/attnkit.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,30 @@ bool forward_is_finite(const std::string& backend_name, attnkit::Device device) 
   return true;
 }
 
+// compare() finds the worst element; copy() refuses views of different sizes, naming both.
+bool compare_and_copy_checks() {
+  using attnkit::DType;
+  using attnkit::TensorView;
+  float got[3] = {1.0f, 2.0f, 3.5f}, want[3] = {1.0f, 2.0f, 3.0f};
+  const attnkit::Comparison c = attnkit::compare(TensorView(got, DType::f32, attnkit::Device::cpu, {3}),
+                                                 TensorView(want, DType::f32, attnkit::Device::cpu, {3}));
+  if (c.worst != 2 || c.max_abs_err != 0.5 || c.within(0.1) || !c.within(0.2)) {
+    std::printf("compare: worst %lld, max_abs_err %g, rel_err %g\n", static_cast<long long>(c.worst), c.max_abs_err,
+                c.rel_err);
+    return false;
+  }
+  try {
+    attnkit::copy(TensorView(got, DType::f32, attnkit::Device::cpu, {3}),
+                  TensorView(want, DType::f32, attnkit::Device::cpu, {2}));
+  } catch (const attnkit::Error& e) {
+    if (std::strstr(e.what(), "elements") != nullptr) return true;
+    std::printf("copy: unexpected error: %s\n", e.what());
+    return false;
+  }
+  std::printf("copy: views of 3 and 2 elements were copied\n");
+  return false;
+}
+
 }  // namespace
 
 int main() {
@@ -67,6 +92,7 @@ int main() {
     std::printf("backends:");
     for (const std::string& name : attnkit::Registry::global().names()) std::printf(" %s", name.c_str());
     std::printf("\n");
+    if (!compare_and_copy_checks()) return 1;
     if (!forward_is_finite("cpu", attnkit::Device::cpu)) return 1;
 #ifdef ATTNKIT_WITH_CUDA
     attnkit::Registry::global().get("cuda-naive");  // throws where the CUDA backends are missing
