@@ -38,8 +38,8 @@ while IFS= read -r exe; do
 done < <(find "$build/tests" -maxdepth 1 -type f -executable -name '*_tests' 2>/dev/null)
 
 # The planner's host-cost benchmark, where Google Benchmark was found (timed on the device's host).
-[[ -x "$build/src/backends/planned/planned_plan_bench" ]] && mkdir -p "$dist/bench" &&
-  cp "$build/src/backends/planned/planned_plan_bench" "$dist/bench/"
+[[ -x "$build/bench/planned_plan_bench" ]] && mkdir -p "$dist/bench" &&
+  cp "$build/bench/planned_plan_bench" "$dist/bench/"
 
 # Shared libraries the device image lacks: anything not from the C/C++ runtime, the driver or
 # the CUDA toolkit (libcublas is in the toolkit there). Copied with their soname.

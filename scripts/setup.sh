@@ -2,7 +2,7 @@
 # Installs what attnkit builds with on a fresh Debian machine (idempotent). CUDA is used when nvcc
 # is found (PATH or /usr/local/cuda); without it the CPU part builds alone.
 set -euo pipefail
-packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libhwy-dev gnuplot-nox chromium)
+packages=(cmake ninja-build g++ python3 libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libhwy-dev gnuplot-nox chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -3,6 +3,7 @@
 
 #include "attnkit/backend.h"
 #include "attnkit/batch.h"
+#include "attnkit/compare.h"
 #include "attnkit/dtype.h"
 #include "attnkit/error.h"
 #include "attnkit/kv_cache.h"

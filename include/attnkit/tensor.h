@@ -1,5 +1,5 @@
 // TensorView: a non-owning, contiguous, row-major view of up to four dimensions on one device;
-// Buffer: owned memory on the host or a CUDA device (the CUDA part lives in src/cuda).
+// Buffer: owned memory on the host or a CUDA device; copies between devices.
 #pragma once
 
 #include <array>
@@ -58,8 +58,15 @@ class Buffer {
   Device device_ = Device::cpu;
 };
 
+// Copies the elements of `src` into `dst`, on any devices (host to CUDA, CUDA to host, or within
+// one); both must have the same dtype and element count, else attnkit::Error names the mismatch.
+// Blocks until the copy is done.
+void copy(const TensorView& dst, const TensorView& src);
+
 // Whether this build and machine can run CUDA code, and if not, why (for `attnkit list`).
 bool cuda_available(std::string* why_not = nullptr);
+// The name of the CUDA device attnkit runs on ("NVIDIA H200"); empty where cuda_available() is false.
+std::string cuda_device_name();
 // Blocks until all work queued on the device by attnkit is done; no-op for the CPU.
 void synchronize(Device device);
 

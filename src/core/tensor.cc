@@ -1,4 +1,5 @@
-// TensorView helpers and Buffer: host memory here, device memory through src/cuda.
+// TensorView helpers, Buffer and copies: host memory here, device memory through core's device
+// memory interface (core/device_memory.h).
 #include "attnkit/tensor.h"
 
 #include <sys/mman.h>
@@ -9,9 +10,7 @@
 #include <utility>
 
 #include "attnkit/error.h"
-#ifdef ATTNKIT_WITH_CUDA
-#include "cuda/memory.h"
-#endif
+#include "core/device_memory.h"
 
 namespace attnkit {
 
@@ -39,15 +38,26 @@ std::string TensorView::describe() const {
 }
 
 namespace {
-[[maybe_unused, noreturn]] void no_cuda() {
-  throw Error("device cuda: this attnkit was built without CUDA (ATTNKIT_WITH_CUDA=OFF)");
-}
 constexpr size_t kHostAlignment = 64;  // one cache line, and a full AVX-512 vector
 // Host buffers of 2 MiB or more (KV pools above all) are 2 MiB-aligned and asked to be backed by
 // transparent huge pages where the kernel leaves that to the program (THP "madvise" mode): the cpu
 // backend's decode reads a KV head's rows 2 KiB apart, and on 4 KiB pages read 13-17% slower
 // (2-core Zen 4, 8 x 32768 bf16). Where THP is off the advice is ignored.
 constexpr size_t kHugePage = size_t{2} << 20;
+
+// nbytes from src on one device to dst on another (or the same); blocks until done.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device == Device::cpu && src_device == Device::cpu) {
+    std::memcpy(dst, src, nbytes);
+  } else if (dst_device == Device::cpu) {
+    cuda::copy_device_to_host(dst, src, nbytes);
+  } else if (src_device == Device::cpu) {
+    cuda::copy_host_to_device(dst, src, nbytes);
+  } else {
+    cuda::copy_device_to_device(dst, src, nbytes);
+  }
+}
 }  // namespace
 
 Buffer::Buffer(Device device, size_t nbytes) : nbytes_(nbytes), device_(device) {
@@ -59,11 +69,7 @@ Buffer::Buffer(Device device, size_t nbytes) : nbytes_(nbytes), device_(device) 
     ATTNKIT_CHECK(data_ != nullptr, "Buffer: host allocation of ", nbytes, " bytes failed");
     if (align == kHugePage) madvise(data_, rounded, MADV_HUGEPAGE);
   } else {
-#ifdef ATTNKIT_WITH_CUDA
     data_ = cuda::device_malloc(nbytes);
-#else
-    no_cuda();
-#endif
   }
 }
 
@@ -89,9 +95,7 @@ void Buffer::release() noexcept {
   if (device_ == Device::cpu) {
     std::free(data_);
   } else {
-#ifdef ATTNKIT_WITH_CUDA
     cuda::device_free(data_);
-#endif
   }
   data_ = nullptr;
 }
@@ -99,36 +103,20 @@ void Buffer::release() noexcept {
 void Buffer::copy_from_host(const void* src, size_t nbytes, size_t offset) {
   ATTNKIT_CHECK(offset + nbytes <= nbytes_, "Buffer::copy_from_host: ", offset + nbytes,
                 " bytes past a buffer of ", nbytes_);
-  char* dst = static_cast<char*>(data_) + offset;
-  if (device_ == Device::cpu) {
-    if (nbytes) std::memcpy(dst, src, nbytes);
-  } else {
-#ifdef ATTNKIT_WITH_CUDA
-    cuda::copy_host_to_device(dst, src, nbytes);
-#endif
-  }
+  copy_bytes(static_cast<char*>(data_) + offset, device_, src, Device::cpu, nbytes);
 }
 
 void Buffer::copy_to_host(void* dst, size_t nbytes, size_t offset) const {
   ATTNKIT_CHECK(offset + nbytes <= nbytes_, "Buffer::copy_to_host: ", offset + nbytes,
                 " bytes past a buffer of ", nbytes_);
-  const char* src = static_cast<const char*>(data_) + offset;
-  if (device_ == Device::cpu) {
-    if (nbytes) std::memcpy(dst, src, nbytes);
-  } else {
-#ifdef ATTNKIT_WITH_CUDA
-    cuda::copy_device_to_host(dst, src, nbytes);
-#endif
-  }
+  copy_bytes(dst, Device::cpu, static_cast<const char*>(data_) + offset, device_, nbytes);
 }
 
 void Buffer::fill_bytes(uint8_t value) {
   if (device_ == Device::cpu) {
     if (nbytes_) std::memset(data_, value, nbytes_);
   } else {
-#ifdef ATTNKIT_WITH_CUDA
     cuda::device_memset(data_, value, nbytes_);
-#endif
   }
 }
 
@@ -139,24 +127,26 @@ TensorView Buffer::view(DType dtype, std::initializer_list<int64_t> dims) const 
   return t;
 }
 
+void copy(const TensorView& dst, const TensorView& src) {
+  ATTNKIT_CHECK(dst.dtype == src.dtype, "copy: dst dtype ", dtype_name(dst.dtype), ", expected the src dtype ",
+                dtype_name(src.dtype));
+  ATTNKIT_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.describe(), " holds ", dst.numel(),
+                " elements, expected the ", src.numel(), " of src ", src.describe());
+  ATTNKIT_CHECK(src.numel() == 0 || (!dst.empty() && !src.empty()), "copy: dst ", dst.describe(), ", src ",
+                src.describe(), ": expected both present");
+  copy_bytes(dst.data, dst.device, src.data, src.device, src.nbytes());
+}
+
 bool cuda_available(std::string* why_not) {
-#ifdef ATTNKIT_WITH_CUDA
   std::string why = cuda::why_unavailable();
-#else
-  std::string why = "built without CUDA";
-#endif
   if (why_not) *why_not = why;
   return why.empty();
 }
 
+std::string cuda_device_name() { return cuda_available() ? cuda::current_device_name() : std::string(); }
+
 void synchronize(Device device) {
-  if (device == Device::cuda) {
-#ifdef ATTNKIT_WITH_CUDA
-    cuda::device_synchronize();
-#else
-    no_cuda();
-#endif
-  }
+  if (device == Device::cuda) cuda::device_synchronize();
 }
 
 }  // namespace attnkit

@@ -30,4 +30,6 @@ DeviceInfo device_info() {
   return info;
 }
 
+std::string current_device_name() { return device_info().name; }
+
 }  // namespace attnkit::cuda

@@ -1,19 +1,13 @@
-// Host-callable wrappers over CUDA memory and device queries, so core code needs no CUDA headers.
+// Host-callable wrappers over CUDA memory and device queries for the CUDA backends and helpers:
+// core's device memory interface (core/device_memory.h, implemented here) and the device's properties.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <string>
 
-namespace attnkit::cuda {
+#include "core/device_memory.h"
 
-void* device_malloc(size_t nbytes);
-void device_free(void* ptr) noexcept;
-void copy_host_to_device(void* dst, const void* src, size_t nbytes);
-void copy_device_to_host(void* dst, const void* src, size_t nbytes);
-void copy_device_to_device(void* dst, const void* src, size_t nbytes);
-void device_memset(void* dst, uint8_t value, size_t nbytes);
-void device_synchronize();
+namespace attnkit::cuda {
 
 struct DeviceInfo {
   std::string name;
@@ -23,8 +17,6 @@ struct DeviceInfo {
   size_t total_memory = 0;
   size_t l2_bytes = 0;
 };
-// Empty when a CUDA device can be used; else why not.
-std::string why_unavailable();
 DeviceInfo device_info();
 
 }  // namespace attnkit::cuda

@@ -1,30 +1,16 @@
 // run_check: one case through a backend and through `reference`, on the same fresh inputs.
 #include "harness/check.h"
 
-#include <cmath>
-#include <limits>
+#include <algorithm>
 #include <random>
 #include <sstream>
 
 #include "attnkit/batch.h"
+#include "attnkit/compare.h"
 #include "attnkit/registry.h"
 #include "harness/device_copy.h"
 
 namespace attnkit::harness {
-
-double default_tolerance(DType q_dtype, DType kv_dtype) {
-  // The reference reads the same rounded q and the same cache bytes, so what is left is the
-  // backend's own rounding: its output and, in tensor-core kernels, the probabilities P rounded
-  // to the q dtype before P V. Both are relative errors of at most one unit roundoff u of that
-  // dtype, on values bounded by max|V|; we allow 4u, plus fp32 accumulation noise for f32.
-  (void)kv_dtype;
-  switch (q_dtype) {
-    case DType::f32: return 1e-5;            // fp32 accumulation over a few thousand terms
-    case DType::f16: return 4.0 * 0x1p-11;   // 2.0e-3
-    case DType::bf16: return 4.0 * 0x1p-8;   // 1.6e-2
-    default: return 0.0;
-  }
-}
 
 std::string describe(const CheckCase& c) {
   std::ostringstream os;
@@ -167,28 +153,17 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
     ref->forward(layer, q32.host(), k32.host(), s.is_mla() ? no_v : v32.host(), ref_out.host());
 
     // Every element, as written: a NaN (the poison) or an error over the bound fails.
-    double max_ref = 0.0;
-    for (int64_t e = 0; e < ref_out.numel(); ++e) {
-      max_ref = std::max(max_ref, std::fabs(double{load_as_float(ref_out.host().data, DType::f32, e)}));
+    const Comparison cmp = compare(out.host(), ref_out.host());
+    if (cmp.rel_err > worst_ratio) {
+      worst_ratio = cmp.rel_err;
+      const int64_t e = cmp.worst, dim = s.head_dim_vo, heads = s.num_qo_heads;
+      std::ostringstream os;
+      os << "worst element: layer " << layer << " token " << e / (dim * heads) << " head " << (e / dim) % heads
+         << " dim " << e % dim << " (flat " << e << "): got " << cmp.got << ", reference " << cmp.want;
+      result.message = os.str();
     }
-    const double denom = max_ref > 0.0 ? max_ref : 1.0;
-    double layer_max_abs = 0.0;
-    for (int64_t e = 0; e < out.numel(); ++e) {
-      const double got = load_as_float(out.host().data, c.q_dtype, e);
-      const double want = load_as_float(ref_out.host().data, DType::f32, e);
-      const double err = std::isnan(got) ? std::numeric_limits<double>::infinity() : std::fabs(got - want);
-      layer_max_abs = std::max(layer_max_abs, err);
-      if (err / denom > worst_ratio) {
-        worst_ratio = err / denom;
-        const int64_t dim = s.head_dim_vo, heads = s.num_qo_heads;
-        std::ostringstream os;
-        os << "worst element: layer " << layer << " token " << e / (dim * heads) << " head " << (e / dim) % heads
-           << " dim " << e % dim << " (flat " << e << "): got " << got << ", reference " << want;
-        result.message = os.str();
-      }
-    }
-    result.max_abs_err = std::max(result.max_abs_err, layer_max_abs);
-    result.rel_err = std::max(result.rel_err, layer_max_abs / denom);
+    result.max_abs_err = std::max(result.max_abs_err, cmp.max_abs_err);
+    result.rel_err = std::max(result.rel_err, cmp.rel_err);
   }
   result.passed = result.rel_err <= result.tolerance;
   return result;

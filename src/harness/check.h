@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnkit/backend.h"
+#include "attnkit/compare.h"
 #include "attnkit/spec.h"
 
 namespace attnkit::harness {
@@ -38,9 +39,8 @@ struct CheckResult {
   std::string message;          // on failure: the worst element, its index and both values
 };
 
-// The bound on max|out - ref| / max|ref| for a dtype pair, from the unit roundoff of the narrowest
-// type on the path (see check.cc for the derivation).
-double default_tolerance(DType q_dtype, DType kv_dtype);
+// The bound on max|out - ref| / max|ref| for a dtype pair (attnkit/compare.h).
+using ::attnkit::default_tolerance;
 
 // Writes random prefix K/V (drawn from `seed`, the same values whatever the device) of every
 // request of `batch` into every layer of `cache`, through the cache's own store.

@@ -5,21 +5,36 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <cuda_runtime.h>
+
+#include <string>
 #include <vector>
 
-#include "cuda/check.h"
+#include "attnkit/error.h"
 
-#define ATTNKIT_CUBLAS_CHECK(expr)                                                                  \
-  do {                                                                                              \
-    cublasStatus_t attnkit_st_ = (expr);                                                            \
-    if (attnkit_st_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      throw ::attnkit::Error(::attnkit::detail::concat("cuBLAS error in ", #expr, ": ",             \
-                                                       cublasGetStatusString(attnkit_st_)));        \
-  } while (0)
+// A failed CUDA or cuBLAS call throws attnkit::Error naming the call (the expression) and the error.
+#define SERVING_CUDA_CHECK(expr) ::attnkit::serving::cuda_ok((expr), #expr)
+#define SERVING_CUBLAS_CHECK(expr) ::attnkit::serving::cublas_ok((expr), #expr)
 
 namespace attnkit::serving {
 
 namespace {
+
+void cuda_ok(cudaError_t err, const char* call) {
+  if (err != cudaSuccess) throw Error(detail::concat("CUDA error in ", call, ": ", cudaGetErrorString(err)));
+}
+
+void cublas_ok(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw Error(detail::concat("cuBLAS error in ", call, ": ", cublasGetStatusString(status)));
+  }
+}
+
+// After a kernel launch: `kernel` names it and its size.
+void launch_ok(const std::string& kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw Error(detail::concat("CUDA launch failed: ", kernel, ": ", cudaGetErrorString(err)));
+}
 
 // Small values with no structure (a hash of the index): matrix products on zeros can run faster
 // than on real data, and large values would overflow bf16 across 28k-wide sums.
@@ -50,9 +65,9 @@ constexpr int kFillBlocks = 1024;
 
 __nv_bfloat16* alloc_filled(size_t n, uint32_t seed, float scale) {
   __nv_bfloat16* p = nullptr;
-  ATTNKIT_CUDA_CHECK(cudaMalloc(&p, n * sizeof(__nv_bfloat16)));
+  SERVING_CUDA_CHECK(cudaMalloc(&p, n * sizeof(__nv_bfloat16)));
   fill_kernel<<<kFillBlocks, kFillThreads>>>(p, n, seed, scale);
-  ATTNKIT_CUDA_CHECK_LAUNCH("serving fill_kernel n=", n);
+  launch_ok(detail::concat("serving fill_kernel n=", n));
   return p;
 }
 
@@ -86,7 +101,7 @@ struct LayerGemms::Impl {
   // y^T [out, T] = w^T [out, in] * a^T [in, T], so w goes first and nothing is transposed.
   void gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, __nv_bfloat16* y, int num_tokens, int in, int out) {
     const float alpha = 1.0f, beta = 0.0f;
-    ATTNKIT_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, out, num_tokens, in, &alpha, w, CUDA_R_16BF,
+    SERVING_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, out, num_tokens, in, &alpha, w, CUDA_R_16BF,
                                       out, a, CUDA_R_16BF, in, &beta, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT));
   }
@@ -98,10 +113,10 @@ LayerGemms::LayerGemms(const ModelSpec& model, int max_tokens) : impl_(std::make
   m.max_tokens = max_tokens;
   ATTNKIT_CHECK(m.shape.hidden > 0 && m.shape.intermediate > 0, "layer gemms: model ", model.name,
                 " needs hidden_size and intermediate_size, got ", m.shape.hidden, " and ", m.shape.intermediate);
-  ATTNKIT_CUBLAS_CHECK(cublasCreate(&m.handle));
+  SERVING_CUBLAS_CHECK(cublasCreate(&m.handle));
   // The backends launch on the per-thread default stream (attnkit is built with
   // --default-stream=per-thread); cuBLAS's own default would be the legacy stream.
-  ATTNKIT_CUBLAS_CHECK(cublasSetStream(m.handle, cudaStreamPerThread));
+  SERVING_CUBLAS_CHECK(cublasSetStream(m.handle, cudaStreamPerThread));
   const size_t h = m.shape.hidden, q = m.shape.qkv, o = m.shape.attn_out, i = m.shape.intermediate;
   const size_t t = static_cast<size_t>(max_tokens);
   const float w_scale = 0.04f;  // ~1/sqrt(hidden) for hidden in the thousands keeps outputs near 1
@@ -113,7 +128,7 @@ LayerGemms::LayerGemms(const ModelSpec& model, int max_tokens) : impl_(std::make
   m.qkv = alloc_filled(t * q, 6, 1.0f);
   m.gate_up = alloc_filled(t * 2 * i, 7, 1.0f);
   m.act = alloc_filled(t * i, 8, 1.0f);
-  ATTNKIT_CUDA_CHECK(cudaDeviceSynchronize());
+  SERVING_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 LayerGemms::~LayerGemms() {
@@ -133,7 +148,7 @@ void LayerGemms::after_attention(int num_tokens, const void* attn_out) {
   m.gemm(a, m.w_o, m.x, num_tokens, m.shape.attn_out, m.shape.hidden);
   m.gemm(m.x, m.w_gate_up, m.gate_up, num_tokens, m.shape.hidden, 2 * m.shape.intermediate);
   silu_mul_kernel<<<kFillBlocks, kFillThreads>>>(m.gate_up, m.act, num_tokens, m.shape.intermediate);
-  ATTNKIT_CUDA_CHECK_LAUNCH("serving silu_mul_kernel tokens=", num_tokens);
+  launch_ok(detail::concat("serving silu_mul_kernel tokens=", num_tokens));
   m.gemm(m.act, m.w_down, m.x, num_tokens, m.shape.intermediate, m.shape.hidden);
 }
 
@@ -154,22 +169,22 @@ struct GpuEvents::Impl {
 
 GpuEvents::GpuEvents(int count) : impl_(std::make_unique<Impl>()) {
   impl_->events.resize(static_cast<size_t>(count));
-  for (cudaEvent_t& e : impl_->events) ATTNKIT_CUDA_CHECK(cudaEventCreate(&e));
+  for (cudaEvent_t& e : impl_->events) SERVING_CUDA_CHECK(cudaEventCreate(&e));
 }
 
 GpuEvents::~GpuEvents() {
   for (cudaEvent_t e : impl_->events) cudaEventDestroy(e);
 }
 
-void GpuEvents::record(int idx) { ATTNKIT_CUDA_CHECK(cudaEventRecord(impl_->events.at(static_cast<size_t>(idx)))); }
+void GpuEvents::record(int idx) { SERVING_CUDA_CHECK(cudaEventRecord(impl_->events.at(static_cast<size_t>(idx)))); }
 
 void GpuEvents::synchronize(int idx) {
-  ATTNKIT_CUDA_CHECK(cudaEventSynchronize(impl_->events.at(static_cast<size_t>(idx))));
+  SERVING_CUDA_CHECK(cudaEventSynchronize(impl_->events.at(static_cast<size_t>(idx))));
 }
 
 float GpuEvents::elapsed_ms(int from, int to) const {
   float ms = 0.0f;
-  ATTNKIT_CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->events.at(static_cast<size_t>(from)),
+  SERVING_CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->events.at(static_cast<size_t>(from)),
                                           impl_->events.at(static_cast<size_t>(to))));
   return ms;
 }

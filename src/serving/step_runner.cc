@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <random>
 
 #include "attnkit/error.h"
 #include "serving/layer_gemms.h"
@@ -28,11 +29,13 @@ using Clock = std::chrono::steady_clock;
 // of a head start at the same place in it.
 constexpr int64_t kRandomBlock = 1000003;
 
-void fill_host(harness::Staged& s, DType dtype, uint64_t seed) {
+void fill_host(StepRows& s, DType dtype, uint64_t seed) {
   const int64_t block = std::min(kRandomBlock, s.numel());
   const size_t esize = dtype_size(dtype);
   auto* base = static_cast<uint8_t*>(s.host_data());
-  harness::fill_uniform(TensorView(base, dtype, Device::cpu, {block}), seed, -1.0f, 1.0f);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (int64_t i = 0; i < block; ++i) store_from_float(base, dtype, i, uniform(rng));
   for (int64_t off = block; off < s.numel(); off += block) {
     const int64_t len = std::min(block, s.numel() - off);
     std::memcpy(base + off * esize, base, static_cast<size_t>(len) * esize);
@@ -41,6 +44,27 @@ void fill_host(harness::Staged& s, DType dtype, uint64_t seed) {
 }
 
 }  // namespace
+
+StepRows::StepRows(Device device, DType dtype, int64_t num_rows, int heads, int dim)
+    : dtype_(dtype), heads_(heads), dim_(dim), numel_(num_rows * heads * dim) {
+  const size_t nbytes = static_cast<size_t>(numel_) * dtype_size(dtype);
+  host_ = Buffer(Device::cpu, nbytes);
+  if (device != Device::cpu) dev_ = Buffer(device, nbytes);
+}
+
+TensorView StepRows::rows(bool host, int64_t first, int num_tokens) const {
+  const Buffer& b = host || dev_.data() == nullptr ? host_ : dev_;
+  auto* data = static_cast<uint8_t*>(b.data()) + first * heads_ * dim_ * static_cast<int64_t>(dtype_size(dtype_));
+  return TensorView(data, dtype_, b.device(), {num_tokens, heads_, dim_});
+}
+
+void StepRows::upload() {
+  if (dev_.data()) dev_.copy_from_host(host_.data(), host_.nbytes());
+}
+
+void StepRows::download() {
+  if (dev_.data()) dev_.copy_to_host(host_.data(), host_.nbytes());
+}
 
 StepRunner::StepRunner(const ModelSpec& model, AttentionBackend& backend, Device device, DType dtype,
                        int max_tokens, bool gemms, uint64_t seed)
@@ -52,17 +76,16 @@ StepRunner::StepRunner(const ModelSpec& model, AttentionBackend& backend, Device
   head_dim_qk_ = s.head_dim_qk;
   head_dim_vo_ = s.head_dim_vo;
   const int64_t rows = 2 * int64_t{max_tokens};
-  q_ = std::make_unique<harness::Staged>(device, dtype, std::vector<int64_t>{rows, num_qo_heads_, head_dim_qk_});
-  k_ = std::make_unique<harness::Staged>(device, dtype, std::vector<int64_t>{rows, num_kv_heads_, head_dim_qk_});
+  q_ = std::make_unique<StepRows>(device, dtype, rows, num_qo_heads_, head_dim_qk_);
+  k_ = std::make_unique<StepRows>(device, dtype, rows, num_kv_heads_, head_dim_qk_);
   fill_host(*q_, dtype, seed * 3 + 1);
   fill_host(*k_, dtype, seed * 3 + 2);
   if (!mla_) {
-    v_ = std::make_unique<harness::Staged>(device, dtype, std::vector<int64_t>{rows, num_kv_heads_, head_dim_vo_});
+    v_ = std::make_unique<StepRows>(device, dtype, rows, num_kv_heads_, head_dim_vo_);
     fill_host(*v_, dtype, seed * 3 + 3);
   }
-  const std::vector<int64_t> out_shape{max_tokens, num_qo_heads_, head_dim_vo_};
-  out_ = std::make_unique<harness::Staged>(device, dtype, out_shape);
-  check_ = std::make_unique<harness::Staged>(device, dtype, out_shape);
+  out_ = std::make_unique<StepRows>(device, dtype, max_tokens, num_qo_heads_, head_dim_vo_);
+  check_ = std::make_unique<StepRows>(device, dtype, max_tokens, num_qo_heads_, head_dim_vo_);
 #ifdef ATTNKIT_WITH_CUDA
   if (device == Device::cuda) {
     ATTNKIT_CHECK(!gemms || dtype == DType::bf16, "replay: the layer GEMMs run in bf16, so --dtype must be bf16, got ",
@@ -89,26 +112,19 @@ int64_t StepRunner::row_offset(int64_t step, int layer) const {
   return (step * 7919 + int64_t{layer} * 104729) % max_tokens_;
 }
 
-TensorView StepRunner::rows(const harness::Staged& s, bool host, int64_t first, int num_tokens, int heads,
-                            int dim) const {
-  TensorView base = host ? s.host() : s.dev();
-  auto* data = static_cast<uint8_t*>(base.data) + first * heads * dim * static_cast<int64_t>(dtype_size(base.dtype));
-  return TensorView(data, base.dtype, base.device, {num_tokens, heads, dim});
-}
-
 TensorView StepRunner::q_host(int64_t step, int layer, int n) const {
-  return rows(*q_, true, row_offset(step, layer), n, num_qo_heads_, head_dim_qk_);
+  return q_->rows(true, row_offset(step, layer), n);
 }
 TensorView StepRunner::k_host(int64_t step, int layer, int n) const {
-  return rows(*k_, true, row_offset(step, layer), n, num_kv_heads_, head_dim_qk_);
+  return k_->rows(true, row_offset(step, layer), n);
 }
 TensorView StepRunner::v_host(int64_t step, int layer, int n) const {
-  return mla_ ? TensorView() : rows(*v_, true, row_offset(step, layer), n, num_kv_heads_, head_dim_vo_);
+  return mla_ ? TensorView() : v_->rows(true, row_offset(step, layer), n);
 }
 
 TensorView StepRunner::check_out(int n) {
   check_->download();
-  return rows(*check_, true, 0, n, num_qo_heads_, head_dim_vo_);
+  return check_->rows(true, 0, n);
 }
 
 void StepRunner::run(const ForwardBatch& batch, int64_t step, int check_layer, StepRecord& record) {
@@ -122,11 +138,10 @@ void StepRunner::run(const ForwardBatch& batch, int64_t step, int check_layer, S
 #endif
   for (int layer = 0; layer < num_layers; ++layer) {
     const int64_t off = row_offset(step, layer);
-    const TensorView q = rows(*q_, false, off, n, num_qo_heads_, head_dim_qk_);
-    const TensorView k = rows(*k_, false, off, n, num_kv_heads_, head_dim_qk_);
-    const TensorView v = mla_ ? TensorView() : rows(*v_, false, off, n, num_kv_heads_, head_dim_vo_);
-    const harness::Staged& out_buf = layer == check_layer ? *check_ : *out_;
-    const TensorView out = rows(out_buf, false, 0, n, num_qo_heads_, head_dim_vo_);
+    const TensorView q = q_->rows(false, off, n);
+    const TensorView k = k_->rows(false, off, n);
+    const TensorView v = mla_ ? TensorView() : v_->rows(false, off, n);
+    const TensorView out = (layer == check_layer ? *check_ : *out_).rows(false, 0, n);
 #ifdef ATTNKIT_WITH_CUDA
     if (on_gpu) {
       if (gemms_) gemms_->before_attention(n);

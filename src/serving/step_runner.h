@@ -7,13 +7,32 @@
 #include <vector>
 
 #include "attnkit/backend.h"
-#include "harness/device_copy.h"
+#include "attnkit/tensor.h"
 #include "serving/metrics.h"
 
 namespace attnkit::serving {
 
 class LayerGemms;
 class GpuEvents;
+
+// Rows of [heads, dim] values the steps read or write: host memory, and a copy on the device where
+// that is not the host.
+class StepRows {
+ public:
+  StepRows(Device device, DType dtype, int64_t num_rows, int heads, int dim);
+  // num_tokens rows from row `first`, on the host or on the device.
+  TensorView rows(bool host, int64_t first, int num_tokens) const;
+  void* host_data() const { return host_.data(); }
+  int64_t numel() const { return numel_; }
+  void upload();    // host -> device (no-op on cpu)
+  void download();  // device -> host (no-op on cpu)
+
+ private:
+  DType dtype_;
+  int heads_ = 0, dim_ = 0;
+  int64_t numel_ = 0;
+  Buffer host_, dev_;  // dev_ stays empty on cpu
+};
 
 class StepRunner {
  public:
@@ -38,7 +57,6 @@ class StepRunner {
 
  private:
   int64_t row_offset(int64_t step, int layer) const;
-  TensorView rows(const harness::Staged& s, bool host, int64_t first, int num_tokens, int heads, int dim) const;
 
   const ModelSpec& model_;
   AttentionBackend& backend_;
@@ -48,8 +66,8 @@ class StepRunner {
   int num_qo_heads_ = 0, num_kv_heads_ = 0, head_dim_qk_ = 0, head_dim_vo_ = 0;
   // Inputs hold 2 * max_tokens rows; each (step, layer) reads a window at its own offset, so the
   // keys stored in the cache differ from step to step.
-  std::unique_ptr<harness::Staged> q_, k_, v_;
-  std::unique_ptr<harness::Staged> out_, check_;  // [max_tokens, num_qo_heads, head_dim_vo]
+  std::unique_ptr<StepRows> q_, k_, v_;
+  std::unique_ptr<StepRows> out_, check_;  // [max_tokens, num_qo_heads, head_dim_vo]
   std::unique_ptr<LayerGemms> gemms_;
   std::unique_ptr<GpuEvents> events_;
 };

@@ -1,16 +1,11 @@
 // StepVerifier: copies one layer of the replay's cache to the host and lets `reference` attend the
-// same batch there; the tolerance is the conformance harness's for the dtype pair.
+// same batch there; the comparison and tolerance are those of the conformance check (attnkit/compare.h).
 #include "serving/verify.h"
 
-#include <cmath>
-#include <cstring>
 #include <vector>
 
+#include "attnkit/compare.h"
 #include "attnkit/registry.h"
-#include "harness/check.h"
-#ifdef ATTNKIT_WITH_CUDA
-#include "cuda/memory.h"
-#endif
 
 namespace attnkit::serving {
 
@@ -26,14 +21,8 @@ StepVerifier::~StepVerifier() = default;
 namespace {
 
 void copy_pool(void* dst, const void* src, size_t nbytes, Device device) {
-  if (nbytes == 0) return;
-  if (device == Device::cpu) {
-    std::memcpy(dst, src, nbytes);
-    return;
-  }
-#ifdef ATTNKIT_WITH_CUDA
-  cuda::copy_device_to_host(dst, src, nbytes);
-#endif
+  const auto n = static_cast<int64_t>(nbytes);
+  copy(TensorView(dst, DType::u8, Device::cpu, {n}), TensorView(const_cast<void*>(src), DType::u8, device, {n}));
 }
 
 // An exact f32 copy of a host tensor: the reference then reads the rounded inputs and writes f32,
@@ -75,34 +64,16 @@ VerifyOutcome StepVerifier::check(const ForwardBatch& batch, const AttentionSpec
   ref->forward(0, f32_view(q32, q), f32_view(k32, k), f32_view(v32, v), ref_out);
 
   VerifyOutcome r;
-  r.tolerance = harness::default_tolerance(q_dtype_, cfg.dtype);
-  double max_ref = 0.0, worst = -1.0;
-  int64_t worst_idx = 0;
-  bool nan = false;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const double got = load_as_float(out.data, out.dtype, static_cast<int64_t>(i));
-    const double want = expected[i];
-    max_ref = std::max(max_ref, std::fabs(want));
-    const double err = std::isfinite(got) ? std::fabs(got - want) : INFINITY;
-    if (!std::isfinite(got) && !nan) {
-      nan = true;
-      worst = err;
-      worst_idx = static_cast<int64_t>(i);
-    }
-    if (!nan && err > worst) {
-      worst = err;
-      worst_idx = static_cast<int64_t>(i);
-    }
-  }
-  r.rel_err = max_ref > 0 ? worst / max_ref : worst;
-  r.passed = !nan && r.rel_err <= r.tolerance;
+  r.tolerance = default_tolerance(q_dtype_, cfg.dtype);
+  const Comparison cmp = compare(out, ref_out);
+  r.rel_err = cmp.rel_err;
+  r.passed = cmp.within(r.tolerance);
   if (!r.passed) {
     const int64_t row = int64_t{spec.num_qo_heads} * spec.head_dim_vo;
-    r.message = detail::concat("layer ", layer, ", token ", worst_idx / row, ", head ",
-                               (worst_idx % row) / spec.head_dim_vo, ", dim ", worst_idx % spec.head_dim_vo, ": got ",
-                               load_as_float(out.data, out.dtype, worst_idx), ", reference ",
-                               expected[static_cast<size_t>(worst_idx)], " (relative error ", r.rel_err,
-                               ", tolerance ", r.tolerance, ")");
+    r.message = detail::concat("layer ", layer, ", token ", cmp.worst / row, ", head ",
+                               (cmp.worst % row) / spec.head_dim_vo, ", dim ", cmp.worst % spec.head_dim_vo, ": got ",
+                               cmp.got, ", reference ", cmp.want, " (relative error ", r.rel_err, ", tolerance ",
+                               r.tolerance, ")");
   }
   return r;
 }

@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/registry.h"
-#include "backends/cpu/ceilings.h"
 #include "ceilings.h"
 #include "commands.h"
 #include "format.h"
 #include "harness/bench.h"
+#include "harness/ceilings.h"
 
 namespace attnkit::tool {
 
@@ -147,11 +147,11 @@ std::function<int()> add_bench(CLI::App& app) {
     // A memory-bound host backend is compared with the read bandwidth of the moment: a probe pass
     // runs before each of its timed calls (the bandwidth a shared host gives two cores moved from
     // 30 to 57 GB/s between seconds here), and "of ceiling" is the median of the calls' ratios.
-    std::unique_ptr<ReadProbe> probe;
+    std::unique_ptr<harness::ReadProbe> probe;
     const bool host_backend = std::any_of(names.begin(), names.end(), [](const std::string& n) {
       return Registry::global().get(n).device == Device::cpu;
     });
-    if (o->ceilings && memory_bound && host_backend) probe = std::make_unique<ReadProbe>();
+    if (o->ceilings && memory_bound && host_backend) probe = std::make_unique<harness::ReadProbe>();
     std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "calls", "tokens/s",
                                                    memory_bound ? "bytes/s" : "FLOP/s", "of ceiling",
                                                    "read beside", "plan us", "workspace", "host +", "peak RSS"}};

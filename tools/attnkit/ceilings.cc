@@ -1,25 +1,22 @@
-// Wires the CPU and GPU ceiling probes (written beside the kernels they bound) into the tool.
+// Wires the harness's CPU and GPU ceiling probes (harness/ceilings.h) into the tool.
 #include "ceilings.h"
 
 #include <iostream>
 
 #include "attnkit/tensor.h"
 #include "format.h"
-#include "backends/cpu/ceilings.h"
-#ifdef ATTNKIT_WITH_CUDA
-#include "cuda/ceilings.h"
-#endif
+#include "harness/ceilings.h"
 
 namespace attnkit::tool {
 
 Ceilings measure_ceilings() {
   Ceilings c;
-  c.cpu_read_bytes_per_s = measure_read_bandwidth();
-  c.cpu_fma_flop_per_s = measure_fma_rate();
+  c.cpu_read_bytes_per_s = harness::measure_read_bandwidth();
+  c.cpu_fma_flop_per_s = harness::measure_fma_rate();
 #ifdef ATTNKIT_WITH_CUDA
   if (cuda_available()) {
-    c.gpu_read_bytes_per_s = measure_gpu_read_bandwidth();
-    c.gpu_matrix_flop_per_s = measure_gpu_bf16_matrix_rate();
+    c.gpu_read_bytes_per_s = harness::measure_gpu_read_bandwidth();
+    c.gpu_matrix_flop_per_s = harness::measure_gpu_bf16_matrix_rate();
   }
 #endif
   return c;

@@ -8,9 +8,6 @@
 #include "attnkit/tensor.h"
 #include "format.h"
 #include "serving/replay_json.h"
-#ifdef ATTNKIT_WITH_CUDA
-#include "cuda/memory.h"
-#endif
 
 namespace attnkit::tool {
 
@@ -21,10 +18,8 @@ std::string ms3(const serving::Percentiles& p) {
 }
 
 std::string device_name_here() {
-#ifdef ATTNKIT_WITH_CUDA
-  if (cuda_available()) return cuda::device_info().name;
-#endif
-  return "cpu only";
+  const std::string name = cuda_device_name();
+  return name.empty() ? "cpu only" : name;
 }
 
 std::string commit_here() {

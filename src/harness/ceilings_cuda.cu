@@ -1,6 +1,6 @@
 // The GPU ceilings of ceilings.h: a streaming read kernel for bandwidth, cuBLAS for the matrix rate.
 // Both time with CUDA events after a warm-up and report the median.
-#include "cuda/ceilings.h"
+#include "harness/ceilings.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -13,7 +13,7 @@
 #include "cuda/memory.h"
 #include "cuda/timer.h"
 
-namespace attnkit {
+namespace attnkit::harness {
 
 namespace {
 
@@ -145,4 +145,4 @@ double measure_gpu_bf16_matrix_rate() {
   return flops / (median(ms) * 1e-3);
 }
 
-}  // namespace attnkit
+}  // namespace attnkit::harness

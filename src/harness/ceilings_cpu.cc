@@ -1,12 +1,12 @@
-// The bandwidth and FMA probes behind `attnkit bench --ceilings`: SIMD loops compiled for every
+// The CPU bandwidth and FMA probes behind `attnkit bench --ceilings`: SIMD loops compiled for every
 // Highway target, dispatched at run time, run on every thread of the cpu backend's pool.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "backends/cpu/ceilings.cc"
+#define HWY_TARGET_INCLUDE "harness/ceilings_cpu.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace attnkit::cpu::HWY_NAMESPACE {
+namespace attnkit::harness::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Sums n floats (n a multiple of 8 vectors): eight accumulators keep enough loads in flight.
@@ -51,7 +51,7 @@ double fma_loop(int64_t iters, float* sink) {
   return 2.0 * 16.0 * static_cast<double>(hn::Lanes(d)) * static_cast<double>(iters);
 }
 
-}  // namespace attnkit::cpu::HWY_NAMESPACE
+}  // namespace attnkit::harness::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
@@ -60,20 +60,17 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "attnkit/tensor.h"
-#include "backends/cpu/ceilings.h"
 #include "backends/cpu/thread_pool.h"
+#include "harness/ceilings.h"
 
-namespace attnkit {
-namespace cpu {
+namespace attnkit::harness {
 HWY_EXPORT(sum_floats);
 HWY_EXPORT(fma_loop);
+
 namespace {
 float sum_floats_best(const float* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(sum_floats)(p, n); }
 double fma_loop_best(int64_t iters, float* sink) { return HWY_DYNAMIC_DISPATCH(fma_loop)(iters, sink); }
-}  // namespace
-}  // namespace cpu
 
-namespace {
 constexpr int64_t kBandwidthBytes = int64_t{512} << 20;  // 16x the largest L3 we run on
 constexpr int kPasses = 5;
 constexpr int64_t kFmaIters = 20'000'000;  // ~0.1 s a run at 3 GHz
@@ -101,7 +98,7 @@ double ReadProbe::pass() {
   std::vector<float> sums(static_cast<size_t>(threads_));
   const auto start = std::chrono::steady_clock::now();
   cpu::ThreadPool::global().run(threads_, [&](int64_t t, int) {
-    sums[static_cast<size_t>(t)] = cpu::sum_floats_best(data_ + t * slice_, slice_);
+    sums[static_cast<size_t>(t)] = sum_floats_best(data_ + t * slice_, slice_);
   });
   const double rate = static_cast<double>(slice_ * threads_) * sizeof(float) / seconds_since(start);
   volatile float keep = sums[0];  // the sums must be observable, or the loads could go
@@ -125,7 +122,7 @@ double measure_fma_rate() {
   for (int pass = 0; pass < kPasses; ++pass) {
     const auto start = std::chrono::steady_clock::now();
     pool.run(threads, [&](int64_t t, int) {
-      flops[static_cast<size_t>(t)] = cpu::fma_loop_best(kFmaIters, &sinks[static_cast<size_t>(t)]);
+      flops[static_cast<size_t>(t)] = fma_loop_best(kFmaIters, &sinks[static_cast<size_t>(t)]);
     });
     double total = 0.0;
     for (double f : flops) total += f;
@@ -136,5 +133,5 @@ double measure_fma_rate() {
   return best;
 }
 
-}  // namespace attnkit
+}  // namespace attnkit::harness
 #endif  // HWY_ONCE

@@ -1,13 +1,17 @@
-// This machine's own ceilings, measured: what the `cpu` backend's benchmark figures are divided by.
-// Both probes use every thread of the backend's pool and the widest SIMD target the CPU supports.
+// This machine's own ceilings, measured: what benchmark figures are divided by. The CPU probes
+// (ceilings_cpu.cc) use every thread of the `cpu` backend's pool and the widest SIMD target the CPU
+// supports; the GPU probes (ceilings_cuda.cu) measure HBM read bandwidth and the bf16 matrix rate
+// rather than reading them off a datasheet.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 namespace attnkit {
-
 class Buffer;
+}
+
+namespace attnkit::harness {
 
 // The read probe's buffer (512 MiB, each thread's slice first touched by that thread), kept for
 // passes taken between a benchmark's timed calls: on a shared host the bandwidth a core gets moves
@@ -36,4 +40,13 @@ double measure_read_bandwidth();
 // counts as two FLOPs; best of several runs).
 double measure_fma_rate();
 
-}  // namespace attnkit
+#ifdef ATTNKIT_WITH_CUDA
+// Bytes a second a read-only streaming kernel pulls from a buffer many times the L2 (median of
+// repeated runs). Throws attnkit::Error where there is no usable CUDA device.
+double measure_gpu_read_bandwidth();
+// FLOP a second of a cuBLAS bf16 GEMM (fp32 accumulation) of 8192 x 8192 x 8192 on random data
+// (median of repeated runs; zeros run faster and would flatter every ratio).
+double measure_gpu_bf16_matrix_rate();
+#endif
+
+}  // namespace attnkit::harness

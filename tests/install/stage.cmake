@@ -1,0 +1,16 @@
+# Install.Stage: a fresh install of the build BUILD_DIR into PREFIX (cmake -P).
+file(REMOVE_RECURSE "${PREFIX}")
+execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${PREFIX}"
+                OUTPUT_QUIET RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install ${BUILD_DIR} --prefix ${PREFIX} failed (${rc})")
+endif()
+foreach(f include/attnkit/attnkit.h bin/attnkit)
+  if(NOT EXISTS "${PREFIX}/${f}")
+    message(FATAL_ERROR "cmake --install: ${PREFIX}/${f} is missing")
+  endif()
+endforeach()
+file(GLOB_RECURSE configs "${PREFIX}/*/attnkitConfig.cmake")
+if(NOT configs)
+  message(FATAL_ERROR "cmake --install: no attnkitConfig.cmake under ${PREFIX}")
+endif()
