@@ -16,7 +16,7 @@
 #include "attnkit/batch.h"
 #include "attnkit/kv_cache.h"
 #include "backends/planned/kernels/prefill.h"
-#include "backends/planned_prefill_testing.h"
+#include "backends/planned/prefill_testing.h"
 #include "backends/reference/kernels/attention.h"
 #include "cuda/memory.h"
 #include "cuda/timer.h"
