@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "attnkit/registry.h"
+#include "gpu_test.h"
 #include "harness/check.h"
 
 namespace attnkit {
@@ -17,6 +18,8 @@ std::vector<std::string> backends_under_test() {
   return names;
 }
 
+bool runs_on_gpu(const std::string& backend) { return Registry::global().get(backend).device == Device::cuda; }
+
 void expect_passes(const std::string& backend, const harness::CheckCase& c) {
   const harness::CheckResult r = harness::run_check(backend, c);
   if (!r.skipped.empty()) {
@@ -30,6 +33,7 @@ class Conformance : public ::testing::TestWithParam<std::tuple<std::string, int>
 
 TEST_P(Conformance, StandardCase) {
   const auto& [backend, index] = GetParam();
+  if (runs_on_gpu(backend)) ATTNKIT_SKIP_WITHOUT_GPU();
   expect_passes(backend, harness::standard_cases()[static_cast<size_t>(index)]);
 }
 
@@ -49,9 +53,8 @@ class RandomConformance : public ::testing::TestWithParam<std::tuple<std::string
 
 TEST_P(RandomConformance, PresetHeads) {
   const auto& [backend, preset] = GetParam();
+  if (runs_on_gpu(backend)) ATTNKIT_SKIP_WITHOUT_GPU();
   const BackendInfo& info = Registry::global().get(backend);
-  const std::string why = info.why_unavailable ? info.why_unavailable() : std::string();
-  if (!why.empty()) GTEST_SKIP() << backend << ": " << why;
   for (const auto& c : harness::random_cases(make_preset(preset), info.capabilities(), 3, 42)) {
     const harness::CheckResult r = harness::run_check(backend, c);
     if (!r.skipped.empty()) continue;
@@ -77,6 +80,7 @@ class Refusal : public ::testing::TestWithParam<std::string> {};
 // with a message that starts with its name.
 TEST_P(Refusal, UnsupportedShapeIsRefusedClearly) {
   const std::string& backend = GetParam();
+  if (runs_on_gpu(backend)) ATTNKIT_SKIP_WITHOUT_GPU();
   harness::CheckCase c;
   c.spec.num_qo_heads = 4;
   c.spec.num_kv_heads = 2;
@@ -95,7 +99,6 @@ TEST_P(Refusal, UnsupportedShapeIsRefusedClearly) {
     expect_passes(backend, c);
     return;
   }
-  if (info.why_unavailable && !info.why_unavailable().empty()) GTEST_SKIP() << info.why_unavailable();
   ModelSpec model;
   model.name = "refusal";
   model.layers = {c.spec};

@@ -20,6 +20,7 @@
 #include "backends/reference/kernels/attention.h"
 #include "cuda/memory.h"
 #include "cuda/timer.h"
+#include "gpu_test.h"
 #include "harness/check.h"
 #include "harness/device_copy.h"
 
@@ -33,8 +34,7 @@ using prefill_testing::PrefillCase;
 using prefill_testing::upload;
 
 void run_case(const PrefillCase& c, uint64_t seed) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   SCOPED_TRACE(c.label);
   LaunchInputs s;
   make_setup(c, seed, s);
@@ -185,8 +185,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, PlannedPrefill, ::testing::ValuesIn(cases()),
 // Through the backend (plan, cache store, extend kernel): the harness's extend and mixed cases and
 // a few longer ones, against `reference` on fresh inputs.
 TEST(PlannedPrefillBackend, ExtendAndMixedCasesMatchReference) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   std::vector<harness::CheckCase> checks;
   for (const harness::CheckCase& c : harness::standard_cases()) {
     if (std::any_of(c.requests.begin(), c.requests.end(), [](const auto& r) { return r.second > 1; }))
@@ -249,8 +248,7 @@ double visible_pairs(const PrefillCase& c) {
 }
 
 TEST(PlannedPrefillTiming, DISABLED_Llama3_8b) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   std::vector<PrefillCase> shapes = {
       {.label = "causal 8k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{0, 8192}}},
       {.label = "full 8k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{0, 8192}}, .causal = false},
