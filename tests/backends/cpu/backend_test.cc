@@ -124,12 +124,15 @@ TEST(CpuBackend, MatchesReferenceOnSplitAndTiledCases) {
 // The fp32 products must stay right on machines with AVX512-BF16 too, where bf16 normally skips them.
 TEST(CpuBackend, Fp32ProductsMatchReferenceWhenBf16DotIsOff) {
   ::setenv("ATTNKIT_CPU_BF16_DOT", "0", 1);
+  int ran = 0;
   for (const harness::CheckCase& c : cpu_cases()) {
     if (c.q_dtype != DType::bf16) continue;
     const harness::CheckResult r = harness::run_check("cpu", c);
+    ++ran;
     EXPECT_TRUE(r.passed) << c.label << ": rel error " << r.rel_err << " > " << r.tolerance << "; " << r.message;
   }
   ::unsetenv("ATTNKIT_CPU_BF16_DOT");
+  EXPECT_GT(ran, 0) << "no bf16 case in the table";
 }
 
 TEST(CpuBackend, CapabilitiesAreHonest) {
