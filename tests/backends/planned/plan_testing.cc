@@ -1,5 +1,5 @@
-// The `planned` scheduler tests' shared helpers (planned_plan_testing.h).
-#include "backends/planned_plan_testing.h"
+// The `planned` scheduler tests' shared helpers (plan_testing.h).
+#include "backends/planned/plan_testing.h"
 
 #include <gtest/gtest.h>
 

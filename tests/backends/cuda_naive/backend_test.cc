@@ -7,6 +7,7 @@
 #include "attnkit/batch.h"
 #include "attnkit/registry.h"
 #include "backends/cuda_naive/backend.h"
+#include "gpu_test.h"
 #include "harness/check.h"
 
 namespace attnkit {
@@ -19,14 +20,8 @@ RequestStep step(int64_t prefix_len, int64_t num_new_tokens) {
   return s;
 }
 
-#define SKIP_WITHOUT_CUDA()                                   \
-  do {                                                        \
-    std::string why;                                          \
-    if (!cuda_available(&why)) GTEST_SKIP() << why;           \
-  } while (0)
-
 TEST(CudaNaive, StandardCases) {
-  SKIP_WITHOUT_CUDA();
+  ATTNKIT_SKIP_WITHOUT_GPU();
   int ran = 0;
   for (const harness::CheckCase& c : harness::standard_cases()) {
     const harness::CheckResult r = harness::run_check("cuda-naive", c);
@@ -42,19 +37,22 @@ TEST(CudaNaive, StandardCases) {
 }
 
 TEST(CudaNaive, RandomLlamaCases) {
-  SKIP_WITHOUT_CUDA();
+  ATTNKIT_SKIP_WITHOUT_GPU();
   const ModelSpec model = make_preset("llama3-8b", 1);
+  int ran = 0;
   for (const harness::CheckCase& c : harness::random_cases(model, cuda_naive::capabilities(), 6, 7)) {
     const harness::CheckResult r = harness::run_check("cuda-naive", c);
     if (!r.skipped.empty()) continue;
+    ++ran;
     EXPECT_TRUE(r.passed) << harness::describe(c) << ": " << r.message;
   }
+  EXPECT_GT(ran, 0) << "cuda-naive skipped every random case";
 }
 
 // One request of 65536 new tokens on 64 query heads: 64 x 65536 x 65536 floats = 1 TiB of scores,
 // more than any device holds. The plan must refuse it with the byte count, before any allocation.
 TEST(CudaNaive, RefusesScoreMatrixLargerThanFreeMemory) {
-  SKIP_WITHOUT_CUDA();
+  ATTNKIT_SKIP_WITHOUT_GPU();
   constexpr int64_t kTokens = 65536;
   ModelSpec model;
   model.name = "wide";
@@ -88,7 +86,7 @@ TEST(CudaNaive, RefusesScoreMatrixLargerThanFreeMemory) {
 }
 
 TEST(CudaNaive, WorkspaceHoldsEveryRequestsScores) {
-  SKIP_WITHOUT_CUDA();
+  ATTNKIT_SKIP_WITHOUT_GPU();
   ModelSpec model = make_preset("llama3-8b", 1);
   const AttentionSpec& spec = model.layers[0];
   KvCacheConfig cfg = KvCacheConfig::for_spec(spec);

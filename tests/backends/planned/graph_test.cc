@@ -8,6 +8,7 @@
 #include "attnkit/registry.h"
 #include "backends/planned/backend.h"
 #include "backends/planned/graph_state.h"
+#include "gpu_test.h"
 #include "harness/device_copy.h"
 
 namespace attnkit {
@@ -74,8 +75,7 @@ std::vector<uint16_t> download(harness::Staged& t) {
 }
 
 TEST(PlannedGraph, ReplayWithNewLengthsAndPagesEqualsAFreshRun) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   AttentionSpec spec;
   spec.num_qo_heads = 16;
   spec.num_kv_heads = 4;
@@ -125,8 +125,7 @@ TEST(PlannedGraph, ReplayWithNewLengthsAndPagesEqualsAFreshRun) {
 }
 
 TEST(PlannedGraph, BatchesPastTheGraphLimitsStillRunOutsideIt) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   Fixture f(small_spec());
   auto backend = create_backend("planned", {&f.model, f.cache.get()});
   backend->init_cuda_graph_state(2, 16);
@@ -147,8 +146,7 @@ TEST(PlannedGraph, BatchesPastTheGraphLimitsStillRunOutsideIt) {
 }
 
 TEST(PlannedGraph, GraphStateArgumentsAreChecked) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   Fixture f(small_spec());
   auto backend = create_backend("planned", {&f.model, f.cache.get()});
   try {

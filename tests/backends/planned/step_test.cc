@@ -8,6 +8,7 @@
 
 #include "attnkit/registry.h"
 #include "backends/planned/backend.h"
+#include "gpu_test.h"
 #include "harness/check.h"
 #include "harness/device_copy.h"
 
@@ -25,8 +26,7 @@ std::vector<float> download(harness::Staged& t) {
 }
 
 TEST(PlannedSteps, DerivedPlansMatchFullPlansStepAfterStep) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   const AttentionSpec spec = AttentionSpec::dense(32, 8, 128);
   ModelSpec model;
   model.name = "steps";

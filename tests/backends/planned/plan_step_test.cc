@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/planned/plan.h"
-#include "backends/planned_plan_testing.h"
+#include "backends/planned/plan_testing.h"
 
 namespace attnkit::planned {
 namespace {

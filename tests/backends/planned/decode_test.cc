@@ -13,15 +13,11 @@
 #include "attnkit/registry.h"
 #include "harness/check.h"
 #include "cuda/memory.h"
+#include "gpu_test.h"
 #include "harness/device_copy.h"
 
 namespace attnkit {
 namespace {
-
-bool have_gpu() {
-  std::string why;
-  return cuda_available(&why);
-}
 
 void expect_passes(const harness::CheckCase& c, const BackendOptions& options = {}) {
   const harness::CheckResult r = harness::run_check("planned", c, options);
@@ -158,7 +154,7 @@ std::vector<harness::CheckCase> own_cases() {
 class PlannedDecode : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlannedDecode, MatchesReference) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ATTNKIT_SKIP_WITHOUT_GPU();
   expect_passes(own_cases()[static_cast<size_t>(GetParam())]);
 }
 
@@ -167,7 +163,7 @@ INSTANTIATE_TEST_SUITE_P(OwnCases, PlannedDecode, ::testing::Range(0, static_cas
 // Wide splits' all-wait merges in a plain launch (as where an instance's residency is below the
 // grid): the last CTA to count joins all the partials, kJoinFanIn at a time.
 TEST(PlannedDecodeAllWait, LastToCountJoinsThemInAPlainLaunch) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ATTNKIT_SKIP_WITHOUT_GPU();
   BackendOptions plain;
   plain.decode_join = BackendOptions::DecodeJoin::all_wait_plain;
   int ran = 0;
@@ -184,7 +180,7 @@ TEST(PlannedDecodeAllWait, LastToCountJoinsThemInAPlainLaunch) {
 
 // The standard table's cases with a request of one new token (decode and mixed batches).
 TEST(PlannedDecodeStandard, DecodeAndMixedCases) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ATTNKIT_SKIP_WITHOUT_GPU();
   int ran = 0;
   for (const harness::CheckCase& c : harness::standard_cases()) {
     bool has_decode = false;
@@ -240,7 +236,7 @@ harness::Staged widened(const harness::Staged& t, const std::vector<int64_t>& sh
 
 // Layers that differ in window and sinks share one plan upload, one decode variant per window.
 TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ATTNKIT_SKIP_WITHOUT_GPU();
   ModelSpec model;
   model.name = "two windows";
   AttentionSpec spec = heads(16, 2, 64);
@@ -314,7 +310,7 @@ TEST(PlannedDecodeLayers, EachLayerUsesItsWindowVariant) {
 // leaves the range to that copy): an entry out of range is named as validation names it, no batch
 // is left planned, and the next good batch plans as usual.
 TEST(PlannedDecodeRefusals, PageOutOfRangeIsRefusedAtPlan) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ATTNKIT_SKIP_WITHOUT_GPU();
   ModelSpec model;
   model.name = "one layer";
   model.layers = {heads(8, 2, 128)};

@@ -125,11 +125,14 @@ TEST(CpuBackend, MatchesReferenceOnSplitAndTiledCases) {
 TEST(CpuBackend, Fp32ProductsMatchReferenceWhenBf16DotIsOff) {
   BackendOptions f32_products;
   f32_products.cpu_bf16_dot = false;
+  int ran = 0;
   for (const harness::CheckCase& c : cpu_cases()) {
     if (c.q_dtype != DType::bf16) continue;
     const harness::CheckResult r = harness::run_check("cpu", c, f32_products);
+    ++ran;
     EXPECT_TRUE(r.passed) << c.label << ": rel error " << r.rel_err << " > " << r.tolerance << "; " << r.message;
   }
+  EXPECT_GT(ran, 0) << "no bf16 case in the table";
 }
 
 TEST(CpuBackend, CapabilitiesAreHonest) {

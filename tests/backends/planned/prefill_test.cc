@@ -1,11 +1,10 @@
 // The `planned` extend kernel, launched directly over a CUDA cache and compared with the reference
 // formula on the host copy: ragged and chunked batches, masks, soft-cap, sinks, e4m3, KV splits.
-// Backend-level conformance (through the adapter) is the harness's job; timing is a disabled test.
+// Backend-level conformance (through the adapter) is the harness's job; timing is `attnkit bench`'s.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -16,10 +15,10 @@
 #include "attnkit/batch.h"
 #include "attnkit/kv_cache.h"
 #include "backends/planned/kernels/prefill.h"
-#include "backends/planned_prefill_testing.h"
+#include "backends/planned/prefill_testing.h"
 #include "backends/reference/kernels/attention.h"
 #include "cuda/memory.h"
-#include "cuda/timer.h"
+#include "gpu_test.h"
 #include "harness/check.h"
 #include "harness/device_copy.h"
 
@@ -33,8 +32,7 @@ using prefill_testing::PrefillCase;
 using prefill_testing::upload;
 
 void run_case(const PrefillCase& c, uint64_t seed) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   SCOPED_TRACE(c.label);
   LaunchInputs s;
   make_setup(c, seed, s);
@@ -185,8 +183,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, PlannedPrefill, ::testing::ValuesIn(cases()),
 // Through the backend (plan, cache store, extend kernel): the harness's extend and mixed cases and
 // a few longer ones, against `reference` on fresh inputs.
 TEST(PlannedPrefillBackend, ExtendAndMixedCasesMatchReference) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  ATTNKIT_SKIP_WITHOUT_GPU();
   std::vector<harness::CheckCase> checks;
   for (const harness::CheckCase& c : harness::standard_cases()) {
     if (std::any_of(c.requests.begin(), c.requests.end(), [](const auto& r) { return r.second > 1; }))
@@ -236,55 +233,6 @@ TEST(PlannedPrefillParams, RefusesUnsupportedShapes) {
     EXPECT_STREQ(e.what(), "planned prefill: cache dtype must be f16, bf16 or e4m3, got f32");
   }
   EXPECT_EQ(prefill_tile_rows(128) % 16, 0);
-}
-
-// Timing of the llama3-8b shapes (32 q / 8 kv heads, 128, bf16, page 16) with CUDA events: not a
-// test (run with --gtest_also_run_disabled_tests on a GPU); `attnkit bench` is the tool's view.
-double visible_pairs(const PrefillCase& c) {
-  double pairs = 0.0;
-  for (auto [prefix, n] : c.requests) {
-    for (int j = 0; j < n; ++j) pairs += c.causal ? prefix + j + 1 : prefix + n;
-  }
-  return pairs;
-}
-
-TEST(PlannedPrefillTiming, DISABLED_Llama3_8b) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << why;
-  std::vector<PrefillCase> shapes = {
-      {.label = "causal 8k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{0, 8192}}},
-      {.label = "full 8k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{0, 8192}}, .causal = false},
-      {.label = "chunk 2k on 30k", .num_qo_heads = 32, .num_kv_heads = 8, .requests = {{30720, 2048}}},
-      {.label = "causal 8 x 1k", .num_qo_heads = 32, .num_kv_heads = 8,
-       .requests = std::vector<std::pair<int, int>>(8, {0, 1024})},
-  };
-  std::printf("%-18s %10s %10s\n", "shape", "ms", "TFLOP/s");
-  for (const PrefillCase& c : shapes) {
-    LaunchInputs s;
-    make_setup(c, 11, s);
-    std::vector<int> split_base;
-    int num_partial_rows = 0;
-    const std::vector<PrefillWorkItem> work = make_work(c, s, split_base, num_partial_rows);
-    Buffer g_work = upload(work);
-    const int64_t rows = int64_t{s.batch.num_tokens()} * c.num_qo_heads;
-    Buffer g_out(Device::cuda, size_t(rows) * c.head_dim * 2);
-    PrefillParams p = s.params;
-    p.work = static_cast<const PrefillWorkItem*>(g_work.data());
-    p.num_work_items = static_cast<int>(work.size());
-    p.out = g_out.data();
-    for (int i = 0; i < 3; ++i) launch_prefill(p, nullptr);
-    cuda::device_synchronize();
-    std::vector<double> ms;
-    cuda::EventTimer timer;
-    for (int rep = 0; rep < 7; ++rep) {
-      timer.start();
-      for (int i = 0; i < 10; ++i) launch_prefill(p, nullptr);
-      ms.push_back(timer.stop_ms() / 10.0);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double flops = 4.0 * c.head_dim * c.num_qo_heads * visible_pairs(c);
-    std::printf("%-18s %10.3f %10.1f\n", c.label.c_str(), ms[ms.size() / 2], flops / (ms[ms.size() / 2] * 1e-3) / 1e12);
-  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The `planned` host scheduler, without a GPU: every decode unit's visible KV covered exactly once,
-// CTAs balanced, no chunk past the share, the merge list consistent (planned_plan_testing.h checks
+// CTAs balanced, no chunk past the share, the merge list consistent (plan_testing.h checks
 // each plan), the window and the output's size honoured.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backends/planned/plan.h"
-#include "backends/planned_plan_testing.h"
+#include "backends/planned/plan_testing.h"
 
 namespace attnkit::planned {
 namespace {

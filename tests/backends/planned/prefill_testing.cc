@@ -1,5 +1,5 @@
-// The `planned` extend kernel tests' shared setup (planned_prefill_testing.h).
-#include "backends/planned_prefill_testing.h"
+// The `planned` extend kernel tests' shared setup (prefill_testing.h).
+#include "backends/planned/prefill_testing.h"
 
 #include <cmath>
 #include <cstring>
