@@ -17,7 +17,7 @@ class LimitedBackend final : public AttentionBackend {
   using AttentionBackend::AttentionBackend;
   std::string name() const override { return "limited"; }
   Capabilities capabilities() const override {
-    Capabilities c = reference_capabilities();
+    Capabilities c = reference::capabilities();
     c.sinks = false;
     c.decode = false;
     return c;

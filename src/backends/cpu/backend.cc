@@ -19,17 +19,6 @@ struct AlignedFloats {
 };
 }  // namespace cpu
 
-Capabilities cpu_capabilities() {
-  Capabilities c;
-  c.device = Device::cpu;
-  c.q_dtypes = {DType::f32, DType::f16, DType::bf16};
-  c.kv_dtypes = {DType::f32, DType::f16, DType::bf16, DType::e4m3};
-  c.mla = true;
-  // Any head dim, page size 1..256, every mask and logit transform, extend, decode and mixed:
-  // the defaults. No CUDA graphs: there is no device to capture.
-  return c;
-}
-
 CpuBackend::CpuBackend(const BackendContext& context, cpu::ThreadPool* pool)
     : AttentionBackend(context), pool_(pool != nullptr ? *pool : cpu::ThreadPool::global()),
       simd_lanes_(cpu::simd_lanes_f32()) {
@@ -148,7 +137,7 @@ void register_cpu_backend(Registry& registry) {
   registry.add({.name = "cpu",
                 .description = "tiling + online softmax from the paged cache, split-KV decode, threads, SIMD",
                 .device = Device::cpu,
-                .capabilities = cpu_capabilities,
+                .capabilities = cpu::capabilities,
                 .why_unavailable = {},
                 .create = [](const BackendContext& ctx) -> std::unique_ptr<AttentionBackend> {
                   return std::make_unique<CpuBackend>(ctx);

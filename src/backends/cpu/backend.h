@@ -6,12 +6,11 @@
 #include <vector>
 
 #include "attnkit/backend.h"
+#include "backends/cpu/config.h"
 #include "backends/cpu/plan.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace attnkit {
-
-Capabilities cpu_capabilities();
 
 namespace cpu {
 struct AttendParams;
@@ -25,7 +24,7 @@ class CpuBackend final : public AttentionBackend {
   ~CpuBackend() override;
 
   std::string name() const override { return "cpu"; }
-  Capabilities capabilities() const override { return cpu_capabilities(); }
+  Capabilities capabilities() const override { return cpu::capabilities(); }
   // Scratch of every thread plus the split-KV partials of the current plan.
   size_t workspace_bytes() const override;
   // The plan the layer uses for the current batch (for tests and `attnkit bench`'s notes).

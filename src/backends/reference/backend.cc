@@ -6,15 +6,6 @@
 
 namespace attnkit {
 
-Capabilities reference_capabilities() {
-  Capabilities c;
-  c.device = Device::cpu;
-  c.q_dtypes = {DType::f32, DType::f16, DType::bf16};
-  c.kv_dtypes = {DType::f32, DType::f16, DType::bf16, DType::e4m3};
-  c.mla = true;
-  return c;  // everything else: the defaults, which allow every feature
-}
-
 void ReferenceBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                                   const TensorView& out) {
   cache().store(layer, k, v, host_out_cache_loc());
@@ -38,7 +29,7 @@ void register_reference_backend(Registry& registry) {
   registry.add({.name = "reference",
                 .description = "the formula, literally: full score rows, fp64 accumulation (ground truth)",
                 .device = Device::cpu,
-                .capabilities = reference_capabilities,
+                .capabilities = reference::capabilities,
                 .why_unavailable = {},
                 .create = [](const BackendContext& ctx) -> std::unique_ptr<AttentionBackend> {
                   return std::make_unique<ReferenceBackend>(ctx);

@@ -2,16 +2,15 @@
 #pragma once
 
 #include "attnkit/backend.h"
+#include "backends/reference/config.h"
 
 namespace attnkit {
-
-Capabilities reference_capabilities();
 
 class ReferenceBackend final : public AttentionBackend {
  public:
   using AttentionBackend::AttentionBackend;
   std::string name() const override { return "reference"; }
-  Capabilities capabilities() const override { return reference_capabilities(); }
+  Capabilities capabilities() const override { return reference::capabilities(); }
 
   // The last forward's natural-log LSE per [token, qo head] (sinks excluded), for merge tests.
   const std::vector<float>& last_lse() const { return lse_; }

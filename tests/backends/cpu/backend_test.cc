@@ -136,7 +136,7 @@ TEST(CpuBackend, Fp32ProductsMatchReferenceWhenBf16DotIsOff) {
 }
 
 TEST(CpuBackend, CapabilitiesAreHonest) {
-  const Capabilities c = cpu_capabilities();
+  const Capabilities c = cpu::capabilities();
   EXPECT_EQ(c.device, Device::cpu);
   EXPECT_TRUE(c.mla);
   EXPECT_FALSE(c.cuda_graph);
