@@ -22,7 +22,7 @@ struct KvCacheConfig {
   int head_dim_v = 0;          // MLA: kv_lora_rank (read from the front of the latent slot)
   DType dtype = DType::bf16;   // f32 (CPU backends), f16, bf16, e4m3
   float k_scale = 1.0f;        // e4m3: stored = value / scale, read = stored * scale
-  float v_scale = 1.0f;
+  float v_scale = 1.0f;        // MLA: unused (the latent, V half included, has the one k_scale); leave at 1
   bool mla = false;            // one latent pool per layer, no V pool
   Device device = Device::cpu;
 

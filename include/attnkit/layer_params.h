@@ -22,7 +22,7 @@ struct LayerParams {
   bool causal = true;
   bool mla = false;              // absorbed MLA: one latent a slot, K and V read from it
   float k_scale = 1.0f;          // e4m3 cache: value = stored * k_scale; 1 for other dtypes
-  float v_scale = 1.0f;
+  float v_scale = 1.0f;          // MLA: k_scale (V is the front of the latent)
   DType kv_dtype = DType::bf16;  // the cache's
 };
 

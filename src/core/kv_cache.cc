@@ -29,6 +29,8 @@ void KvCacheConfig::validate() const {
   if (mla) {
     ATTNKIT_CHECK(num_kv_heads == 1, "cache: an MLA cache holds one latent vector per token, so num_kv_heads must be 1, got ",
                   num_kv_heads);
+    ATTNKIT_CHECK(v_scale == 1.0f || v_scale == k_scale, "cache: an MLA latent is one tensor with one scale, k_scale (",
+                  k_scale, "), which its V half is read with too; v_scale must be left at 1, got ", v_scale);
     ATTNKIT_CHECK(head_dim_v <= head_dim_k, "cache: MLA head_dim_v (", head_dim_v,
                   ") reads the front of the latent slot, so it must be <= head_dim_k (", head_dim_k, ")");
   }

@@ -19,7 +19,7 @@ LayerParams make_layer_params(const AttentionSpec& spec, const KvCacheConfig& ca
   p.causal = spec.causal;
   p.mla = spec.is_mla();
   p.k_scale = fp8 ? cache.k_scale : 1.0f;
-  p.v_scale = fp8 ? cache.v_scale : 1.0f;
+  p.v_scale = fp8 ? (cache.mla ? cache.k_scale : cache.v_scale) : 1.0f;  // the latent's V half: its one scale
   p.kv_dtype = cache.dtype;
   return p;
 }

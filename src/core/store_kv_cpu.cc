@@ -10,7 +10,6 @@ void store_rows(void* pool, DType pool_dtype, float scale, const TensorView& src
                 const int64_t* out_cache_loc, int64_t num_tokens) {
   const int64_t row = src.numel() / (num_tokens ? num_tokens : 1);  // elements of one token
   const bool same = src.dtype == pool_dtype && scale == 1.0f;
-  const float inv_scale = 1.0f / scale;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = out_cache_loc[t];
     if (same) {
@@ -20,7 +19,7 @@ void store_rows(void* pool, DType pool_dtype, float scale, const TensorView& src
     }
     for (int64_t e = 0; e < row; ++e) {
       const float x = load_as_float(src.data, src.dtype, t * row + e);
-      store_from_float(pool, pool_dtype, slot * row + e, x * inv_scale);
+      store_from_float(pool, pool_dtype, slot * row + e, x / scale);
     }
   }
 }

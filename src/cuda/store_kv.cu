@@ -27,12 +27,13 @@ __device__ __forceinline__ __nv_fp8_storage_t from_float<__nv_fp8_storage_t>(flo
   return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
 }
 
-// One pool's side of a store: src row t goes to pool row out_cache_loc[t], scaled by inv_scale.
+// One pool's side of a store: src row t goes to pool row out_cache_loc[t], divided by scale (the
+// quotient itself is rounded: value * (1 / scale) lands a step away for some values).
 template <typename Src, typename Dst>
 struct StoreSide {
   Dst* pool;
   const Src* src;
-  float inv_scale;
+  float scale;
 };
 
 // One block a (token, side): blockIdx.y 0 stores K, 1 stores V. K and V go in one launch: a decode
@@ -51,7 +52,7 @@ __global__ void store_rows_kernel(StoreSide<Src, Dst> k, StoreSide<Src, Dst> v, 
   const Src* src = side.src + t * row_elems;
   Dst* dst = side.pool + slot * row_elems;
   for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) {
-    dst[e] = from_float<Dst>(to_float(src[e]) * side.inv_scale);
+    dst[e] = from_float<Dst>(to_float(src[e]) / side.scale);
   }
 }
 
@@ -61,15 +62,15 @@ struct RowsToStore {
   void* v_pool;
   const void* k_src;
   const void* v_src;  // null: K only (an MLA latent cache, or V stored by its own launch)
-  float k_inv, v_inv;
+  float k_scale, v_scale;
   const int64_t* loc;
   int64_t n, row;
 };
 
 template <typename Src, typename Dst>
 void launch_store(const RowsToStore& r) {
-  const StoreSide<Src, Dst> k{static_cast<Dst*>(r.k_pool), static_cast<const Src*>(r.k_src), r.k_inv};
-  const StoreSide<Src, Dst> v{static_cast<Dst*>(r.v_pool), static_cast<const Src*>(r.v_src), r.v_inv};
+  const StoreSide<Src, Dst> k{static_cast<Dst*>(r.k_pool), static_cast<const Src*>(r.k_src), r.k_scale};
+  const StoreSide<Src, Dst> v{static_cast<Dst*>(r.v_pool), static_cast<const Src*>(r.v_src), r.v_scale};
   const dim3 grid(static_cast<unsigned>(r.n), r.v_src == nullptr ? 1u : 2u);
   store_rows_kernel<<<grid, 128>>>(k, v, r.loc, r.row);
 }
@@ -102,17 +103,17 @@ void store_kv_cuda(const KvCacheConfig& config, void* k_pool, void* v_pool, cons
                    const TensorView& v, const int64_t* out_cache_loc, int64_t num_tokens) {
   if (num_tokens == 0) return;
   const bool fp8 = config.dtype == DType::e4m3;
-  const float k_inv = 1.0f / (fp8 ? config.k_scale : 1.0f), v_inv = 1.0f / (fp8 ? config.v_scale : 1.0f);
+  const float k_scale = fp8 ? config.k_scale : 1.0f, v_scale = fp8 ? config.v_scale : 1.0f;
   const int64_t k_row = k.numel() / num_tokens;
   // K and V in one launch where they agree in type and row length (always, for a dense model's step).
   if (!config.mla && v.dtype == k.dtype && v.numel() == k.numel()) {
-    store_rows(config.dtype, k.dtype, {k_pool, v_pool, k.data, v.data, k_inv, v_inv, out_cache_loc, num_tokens, k_row});
+    store_rows(config.dtype, k.dtype, {k_pool, v_pool, k.data, v.data, k_scale, v_scale, out_cache_loc, num_tokens, k_row});
     return;
   }
-  store_rows(config.dtype, k.dtype, {k_pool, nullptr, k.data, nullptr, k_inv, 1.0f, out_cache_loc, num_tokens, k_row});
+  store_rows(config.dtype, k.dtype, {k_pool, nullptr, k.data, nullptr, k_scale, 1.0f, out_cache_loc, num_tokens, k_row});
   if (!config.mla) {
     store_rows(config.dtype, v.dtype,
-               {v_pool, nullptr, v.data, nullptr, v_inv, 1.0f, out_cache_loc, num_tokens, v.numel() / num_tokens});
+               {v_pool, nullptr, v.data, nullptr, v_scale, 1.0f, out_cache_loc, num_tokens, v.numel() / num_tokens});
   }
 }
 

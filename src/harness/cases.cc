@@ -89,7 +89,10 @@ std::vector<CheckCase> random_cases(const ModelSpec& model, const Capabilities& 
     c.q_dtype = caps.q_dtypes.empty() ? DType::bf16 : pick(caps.q_dtypes);
     c.kv_dtype = caps.kv_dtypes.empty() ? DType::bf16 : pick(caps.kv_dtypes);
     if (c.q_dtype == DType::f32 && c.kv_dtype != DType::f32 && chance(0.5)) c.kv_dtype = DType::f32;
-    if (c.kv_dtype == DType::e4m3) { c.k_scale = 0.5f; c.v_scale = 0.25f; }
+    if (c.kv_dtype == DType::e4m3) {
+      c.k_scale = 0.5f;
+      c.v_scale = c.spec.is_mla() ? 1.0f : 0.25f;  // an MLA latent has the one k_scale
+    }
     c.page_size = pick(page_sizes);
     // Features: keep the model's own, add others the backend claims.
     if (caps.causal && caps.non_causal) c.spec.causal = !chance(0.25);

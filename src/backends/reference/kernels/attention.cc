@@ -47,7 +47,9 @@ void attention(const AttentionParams& p) {
   const double cap = spec.logits_soft_cap;
   const bool fp8 = c.dtype == DType::e4m3;
   const float k_scale = fp8 ? c.k_scale : 1.0f;
-  const float v_scale = fp8 ? c.v_scale : 1.0f;
+  // An MLA latent is one tensor with one scale: its V half (the first head_dim_v values) is read
+  // with k_scale, as it was stored.
+  const float v_scale = fp8 ? (c.mla ? c.k_scale : c.v_scale) : 1.0f;
   const int64_t k_row = int64_t{c.num_kv_heads} * c.head_dim_k;
   const int64_t v_row = c.mla ? c.head_dim_k : int64_t{c.num_kv_heads} * c.head_dim_v;
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
