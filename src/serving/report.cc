@@ -36,9 +36,11 @@ int column(const json& run, const char* table, const std::string& name) {
   throw Error(detail::concat("report: the ", table, " records have no column '", name, "'"));
 }
 
+// The empirical distribution as the corners of its staircase, from 0 at the smallest value.
 std::vector<std::pair<double, double>> cdf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   std::vector<std::pair<double, double>> out;
+  if (!v.empty()) out.emplace_back(std::max(v[0], 1e-6), 0.0);
   for (size_t i = 0; i < v.size(); ++i) {
     out.emplace_back(std::max(v[i], 1e-6), static_cast<double>(i + 1) / static_cast<double>(v.size()));
   }
@@ -61,7 +63,8 @@ std::vector<std::pair<double, double>> binned_medians(const std::vector<std::pai
   return out;
 }
 
-// Whether the positive values on one axis span two decades or more: such an axis is drawn log.
+// Whether the positive values on one axis span more than a decade and a quarter (x20): such an
+// axis is drawn log, where a linear one would crush the small values into its first tick.
 bool spans_decades(const Plot& p, bool x_axis) {
   double lo = std::numeric_limits<double>::max(), hi = 0;
   for (const Series& s : p.series) {
@@ -70,7 +73,7 @@ bool spans_decades(const Plot& p, bool x_axis) {
       if (v > 0) lo = std::min(lo, v), hi = std::max(hi, v);
     }
   }
-  return hi > 0 && hi / lo >= 100;
+  return hi > 0 && hi / lo >= 20;
 }
 
 void set_axes(Plot& p, bool tokens_on_x) {
@@ -264,8 +267,9 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
   html << "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>" << html_escape(title)
        << "</title>\n<style>"
        << "body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}"
-       << "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}"
-       << "th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;white-space:nowrap}th{background:#f3f3f3}"
+       << "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}"
+       << "th,td{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}"
+       << "th{background:#f3f3f3;white-space:normal;vertical-align:bottom}"
        << "td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}"
        << ".sw{vertical-align:middle}.shared{font-size:13px;color:#444;margin:.2em 0}"
        << "figure{margin:2em 0}figure h3{margin:0 0 .3em;font-size:16px}.scroll{overflow-x:auto}"

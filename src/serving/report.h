@@ -27,7 +27,8 @@ struct Series {
   std::string title;
   std::vector<std::pair<double, double>> points;
   RunStyle style;
-  // linespoints: a marker on every point of few, on every few of many; lines: markers sparser still.
+  // linespoints: a marker on every point of few, on every few of many; lines: a staircase (a
+  // distribution) with markers sparser still.
   enum class Draw { linespoints, lines, points } draw = Draw::linespoints;
   double alpha = 1.0;  // < 1: drawn see-through, under the others (raw samples beneath a median curve)
 };

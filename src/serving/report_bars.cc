@@ -34,9 +34,11 @@ std::string render_kept(const BarChart& c, std::string* why) {
   for (const BarChart::Panel& p : c.panels) panels.push_back(&p);
   size_t longest = 0;
   for (const std::string& r : c.rows) longest = std::max(longest, r.size());
-  const double label_w = 20 + 6.6 * static_cast<double>(longest), panel_w = 230, gap = 30;
-  const double top = 30, bottom = 36, row_h = 19, area_h = row_h * static_cast<double>(c.rows.size()) + 8;
+  // Panels narrow (to 150 px) so that a chart of many fits a page 1340 px wide.
   const double n = static_cast<double>(panels.size());
+  const double label_w = 20 + 6.6 * static_cast<double>(longest), gap = 30;
+  const double panel_w = std::clamp((1340 - label_w - 20 + gap) / n - gap, 150.0, 230.0);
+  const double top = 30, bottom = 36, row_h = 19, area_h = row_h * static_cast<double>(c.rows.size()) + 8;
   const double width = label_w + n * panel_w + (n - 1) * gap + 20, height = top + area_h + bottom;
   std::ostringstream s;
   s.precision(9);

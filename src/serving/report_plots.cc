@@ -162,18 +162,28 @@ std::string render_svg(const Plot& p, std::string* why) {
     const std::string lc = " lc rgb '" + with_alpha(ser.style.color, ser.alpha) + "'";
     const std::string pt = " pt " + std::to_string(gnuplot_point_type(ser.style.marker));
     const std::string dt = " dt " + std::to_string(kDashTypes[ser.style.dash % 3]);
-    s << (i ? ", \\\n  " : "") << "$d" << i << " using 1:2 with ";
+    const std::string title = ser.title.empty() ? " notitle" : " title " + report_impl::gnuplot_quoted(ser.title);
+    s << (i ? ", \\\n  " : "");
     // Markers on every few points of a curve: enough to tell the runs apart, few enough to see the line.
     const size_t every = std::max<size_t>(1, ser.points.size() / (ser.draw == Series::Draw::lines ? 6 : 12));
+    const std::string marks = " ps 0.8 pi " + std::to_string(every) + pt;
     switch (ser.draw) {
       case Series::Draw::linespoints:
-      case Series::Draw::lines:
-        s << "linespoints lw 1.6 ps 0.8 pi " << every << pt << dt;
+        s << "$d" << i << " using 1:2 with linespoints lw 1.6" << marks << dt << lc << title;
+        titles.push_back(ser.title);
         break;
-      case Series::Draw::points: s << "points ps 0.45" << pt; break;
+      case Series::Draw::lines:
+        // A staircase (a distribution's steps), its markers, and the legend entry that shows both.
+        s << "$d" << i << " using 1:2 with steps lw 1.6" << dt << lc << " notitle, $d" << i
+          << " using 1:2 with points" << marks << lc << " notitle, keyentry with linespoints lw 1.6" << marks << dt
+          << lc << title;
+        titles.insert(titles.end(), {"", "", ser.title});
+        break;
+      case Series::Draw::points:
+        s << "$d" << i << " using 1:2 with points ps 0.45" << pt << lc << title;
+        titles.push_back(ser.title);
+        break;
     }
-    s << lc << (ser.title.empty() ? " notitle" : " title " + report_impl::gnuplot_quoted(ser.title));
-    titles.push_back(ser.title);
   }
   s << "\n";
   return report_impl::render_gnuplot(s.str(), titles, why);

@@ -197,7 +197,7 @@ std::string shared_fields(const std::vector<const Run*>& runs) {
   std::string out;
   for (size_t f = 0; f < runs[0]->fields.size(); ++f) {
     const Field& first = runs[0]->fields[f];
-    if (first.value.empty() || first.key == "file") continue;
+    if (first.value.empty() || first.key == "file" || first.key == "kind") continue;
     const bool same = std::all_of(runs.begin(), runs.end(), [&](const Run* r) { return r->fields[f].value == first.value; });
     if (!same) continue;
     for (const auto& [key, heading] : field_headings()) {

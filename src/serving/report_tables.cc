@@ -2,6 +2,7 @@
 // the fields that differ between runs as columns, then the key figures), and the input files' notes.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "serving/report_page.h"
@@ -39,8 +40,10 @@ std::vector<std::pair<std::string, std::string>> varying(const std::vector<const
 // "All 16 replay runs: dtype bf16, device ..." above a table, for the fields its runs share.
 std::string shared_line(const std::vector<const Run*>& runs, const char* what) {
   const std::string shared = shared_fields(runs);
-  if (shared.empty() || runs.size() < 2) return "";
-  return "<p class=shared>All " + std::to_string(runs.size()) + " " + what + ": " + html_escape(shared) + ".</p>\n";
+  if (shared.empty()) return "";
+  const std::string whose = runs.size() == 1 ? "The one " + std::string(what, std::strlen(what) - 1)
+                                             : "All " + std::to_string(runs.size()) + " " + what;
+  return "<p class=shared>" + whose + ": " + html_escape(shared) + ".</p>\n";
 }
 
 // Drops the columns (from `first` on) that hold nothing but `empty` in every row.
@@ -85,8 +88,8 @@ std::string replay_table(const std::vector<const Run*>& runs) {
   Row head = {"", "run"};
   for (const auto& c : cols) head.push_back(html_escape(c.second));
   const size_t first_figure = head.size();
-  for (const char* h : {"out tok/s", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms", "ITL p50 / p99 ms", "peak KV",
-                        "workspace", "preempted", "attention share", "sched overhead", "verified"}) {
+  for (const char* h : {"out tok/s", "TTFT ms p50 / p99", "TPOT ms p50 / p99", "ITL ms p50 / p99", "peak KV",
+                        "work&shy;space", "pre&shy;empted", "attention share", "sched overhead", "verified"}) {
     head.push_back(h);
   }
   std::vector<Row> rows = {head};
