@@ -71,7 +71,7 @@ std::string render_kept(const BarChart& c, std::string* why) {
     }
     s << "EOD\n";
     // Room at the bar's end for its value.
-    s << "set xrange [0:" << (top_value > 0 ? top_value * 1.32 : 1.0) << "]\n";
+    s << "set xrange [0:" << (top_value > 0 ? top_value * (panel_w < 200 ? 1.45 : 1.32) : 1.0) << "]\n";
     s << "plot $d" << k << " using ($2/2):1:(0):2:($1-0.36):($1+0.36):3 with boxxyerror fs solid 0.85 noborder "
       << "lc rgb variable notitle, '' using 2:1:4 with labels left offset char 0.4,0 font ',10' tc rgb '#333333' notitle\n";
   }

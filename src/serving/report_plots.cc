@@ -174,9 +174,10 @@ std::string render_svg(const Plot& p, std::string* why) {
         break;
       case Series::Draw::lines:
         // A staircase (a distribution's steps), its markers, and the legend entry that shows both.
-        s << "$d" << i << " using 1:2 with steps lw 1.6" << dt << lc << " notitle, $d" << i
-          << " using 1:2 with points" << marks << lc << " notitle, keyentry with linespoints lw 1.6" << marks << dt
-          << lc << title;
+        // The markers of curves side by side start a point apart, so that they do not stack.
+        s << "$d" << i << " using 1:2 with steps lw 1.6" << dt << lc << " notitle, $d" << i << " every " << every
+          << "::" << i % every << " using 1:2 with points ps 0.8" << pt << lc
+          << " notitle, keyentry with linespoints lw 1.6" << marks << dt << lc << title;
         titles.insert(titles.end(), {"", "", ser.title});
         break;
       case Series::Draw::points:

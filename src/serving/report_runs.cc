@@ -36,6 +36,16 @@ Field field(std::string key, std::string value, const std::string& tag_prefix = 
 
 std::string file_stem(const std::string& path) { return std::filesystem::path(path).stem().string(); }
 
+// A trace in a label: "builtin (azure_llm_2023_conv_sample.csv)" or "data/azure.csv" by the file's
+// stem; the table keeps the whole name.
+Field trace_field(const std::string& name) {
+  std::string inner = name;
+  if (inner.rfind("builtin (", 0) == 0 && inner.back() == ')') inner = inner.substr(9, inner.size() - 10);
+  Field f = field("trace", name);
+  if (!inner.empty()) f.tag = file_stem(inner);
+  return f;
+}
+
 // The fields of a replay run, from its file's header and options.
 std::vector<Field> replay_fields(const json& doc, const std::string& path) {
   const json& o = doc.contains("options") ? doc["options"] : json::object();
@@ -46,7 +56,7 @@ std::vector<Field> replay_fields(const json& doc, const std::string& path) {
   std::string commit = text(doc, "commit");
   if (commit == "?" || commit == "unknown") commit.clear();
   return {{"kind", "replay", ""},  // labels name bench runs; a run not so named is a replay
-          field("trace", text(t, "name")),
+          trace_field(text(t, "name")),
           field("workload", ""),
           field("preset", text(o, "preset")),
           field("dtype", dtype),
