@@ -108,10 +108,12 @@ void check_page(int runs, size_t figures) {
       EXPECT_GE(a[3].get<double>() - a[1].get<double>(), bars ? 18.0 : 280);
     }
     const json& area = fig["areas"][0];
-    std::set<std::string> titles, looks;
+    std::set<std::string> titles, looks, colors;
     for (const json& e : fig["legend"]) {
       EXPECT_TRUE(titles.insert(e["title"].get<std::string>()).second) << "legend repeats " << e["title"];
-      EXPECT_TRUE(looks.insert(e["look"].get<std::string>()).second) << "two entries look alike: " << e["look"];
+      const std::string look = e["look"];
+      EXPECT_TRUE(looks.insert(look).second) << "two entries look alike: " << look;
+      EXPECT_TRUE(colors.insert(look.substr(0, look.find('|'))).second) << "two entries share a colour: " << look;
       EXPECT_EQ(e["text"], e["title"]);
       EXPECT_EQ(e["title"].get<std::string>().find(" ["), std::string::npos) << "a file number: " << e["title"];
       ASSERT_TRUE(e["box"].is_array());

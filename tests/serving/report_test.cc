@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 
 #include "serving/replay.h"
 #include "serving/replay_json.h"
@@ -65,6 +66,18 @@ TEST(Report, OneSvgPerPlotWhenGnuplotIsInstalled) {
   // replay's bandwidth plot needs ceilings for its device (the bench file here has none).
   EXPECT_EQ(svgs, 7u);
   EXPECT_EQ(html.find("<?xml"), std::string::npos);
+}
+
+TEST(Report, TwentyFourRunsTwentyFourColours) {
+  std::set<std::string> colors, looks;
+  for (int i = 0; i < kDistinctColors; ++i) colors.insert(run_style(i).color);
+  EXPECT_EQ(colors.size(), static_cast<size_t>(kDistinctColors));
+  // Past the palette, colour, marker and dash together still tell 72 runs apart.
+  for (int i = 0; i < 3 * kDistinctColors; ++i) {
+    const RunStyle s = run_style(i);
+    looks.insert(s.color + "/" + std::to_string(s.marker) + "/" + std::to_string(s.dash));
+  }
+  EXPECT_EQ(looks.size(), static_cast<size_t>(3 * kDistinctColors));
 }
 
 TEST(Report, RejectsAnUnknownFile) {
