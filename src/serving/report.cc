@@ -223,7 +223,8 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
     }
   }
   for (const std::string& wl : workloads) {
-    BarChart::Panel p{workloads.size() == 1 ? "% of ceiling" : wl + " (%)", {}};
+    // One scale, to 100% at least, so that panels compare at a glance.
+    BarChart::Panel p{workloads.size() == 1 ? "% of ceiling" : wl + " (%)", {}, 100.0};
     for (const auto& fr : ceiling_rows) p.values.push_back(fr.count(wl) ? fr.at(wl) : kNone);
     ceiling.panels.push_back(std::move(p));
   }

@@ -47,6 +47,7 @@ struct BarChart {
   struct Panel {
     std::string title;           // the metric and its unit
     std::vector<double> values;  // per row; NaN: no value (no bar)
+    double at_least = 0;         // the axis reaches this far at least (100 for percentages)
   };
   std::vector<Panel> panels;
 };

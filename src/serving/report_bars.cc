@@ -71,7 +71,8 @@ std::string render_kept(const BarChart& c, std::string* why) {
     }
     s << "EOD\n";
     // Room at the bar's end for its value.
-    s << "set xrange [0:" << (top_value > 0 ? top_value * (panel_w < 200 ? 1.45 : 1.32) : 1.0) << "]\n";
+    const double room = top_value * (panel_w < 200 ? 1.45 : 1.32);
+    s << "set xrange [0:" << std::max({room, p.at_least, 1e-9}) << "]\n";
     s << "plot $d" << k << " using ($2/2):1:(0):2:($1-0.36):($1+0.36):3 with boxxyerror fs solid 0.85 noborder "
       << "lc rgb variable notitle, '' using 2:1:4 with labels left offset char 0.4,0 font ',10' tc rgb '#333333' notitle\n";
   }
@@ -100,7 +101,7 @@ std::string render_svg(const BarChart& c, std::string* why) {
     kept.colors.push_back(r < c.colors.size() ? c.colors[r] : "#1f77b4");
   }
   for (const BarChart::Panel* p : panels) {
-    BarChart::Panel q{p->title, {}};
+    BarChart::Panel q{p->title, {}, p->at_least};
     for (size_t r = 0; r < c.rows.size(); ++r) {
       if (std::find(kept.rows.begin(), kept.rows.end(), c.rows[r]) != kept.rows.end()) {
         q.values.push_back(r < p->values.size() ? p->values[r] : std::nan(""));
