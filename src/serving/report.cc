@@ -271,7 +271,7 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
        << "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}"
        << "th,td{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}"
        << "th{background:#f3f3f3;white-space:normal;vertical-align:bottom}"
-       << "td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}"
+       << "td:nth-child(-n+2),th:nth-child(-n+2),td[colspan]{text-align:left}td[colspan]{color:#777}"
        << ".sw{vertical-align:middle}.shared{font-size:13px;color:#444;margin:.2em 0}"
        << "figure{margin:2em 0}figure h3{margin:0 0 .3em;font-size:16px}.scroll{overflow-x:auto}"
        << "figcaption{font-size:13px;color:#555;max-width:900px}.note{color:#a40}"

@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 
+#include "report_inputs.h"
 #include "serving/replay.h"
 #include "serving/replay_json.h"
 #include "serving/report.h"
@@ -78,6 +79,15 @@ TEST(Report, TwentyFourRunsTwentyFourColours) {
     looks.insert(s.color + "/" + std::to_string(s.marker) + "/" + std::to_string(s.dash));
   }
   EXPECT_EQ(looks.size(), static_cast<size_t>(3 * kDistinctColors));
+}
+
+// A skipped run has a row saying why, and no place in the plots.
+TEST(Report, SkippedRunsInTheTableOnly) {
+  nlohmann::json doc = testing::synthetic_replay({{"cpu"}, "t", "llama3-8b", "abc1234"}, 1);
+  doc["runs"].push_back({{"label", "flashinfer"}, {"device", "cuda"}, {"skipped", "no CUDA device"}});
+  const std::string html = build_report({{"r.json", doc}}, "t");
+  EXPECT_NE(html.find("skipped: no CUDA device"), std::string::npos);
+  EXPECT_EQ(html.find("<title>flashinfer</title>"), std::string::npos);
 }
 
 TEST(Report, RejectsAnUnknownFile) {
