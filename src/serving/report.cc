@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <limits>
 #include <map>
@@ -103,93 +104,77 @@ Series run_series(const Run& r, std::vector<std::pair<double, double>> pts, Seri
   return {r.label, std::move(pts), r.style, draw, 1.0};
 }
 
-}  // namespace
-
-std::string build_report(const std::vector<ReportInput>& inputs, const std::string& title) {
-  for (const ReportInput& in : inputs) {
-    ATTNKIT_CHECK(is_replay(in.data) || is_bench(in.data), "report: ", in.file,
-                  " is neither a replay result (\"kind\": \"replay\") nor a bench result (\"results\": [...])");
-  }
-  const std::vector<Run> runs = report_impl::collect_runs(inputs);
-  // Read-bandwidth ceilings from the first bench file measured with --ceilings (0: none given).
-  double cpu_read = 0.0, gpu_read = 0.0;
-  for (const ReportInput& in : inputs) {
-    if (!is_bench(in.data) || !in.data.contains("ceilings") || !in.data["ceilings"].is_object()) continue;
-    const json& c = in.data["ceilings"];
-    if (cpu_read == 0.0) cpu_read = c.value("cpu_read_bytes_per_s", 0.0);
-    if (gpu_read == 0.0) gpu_read = c.value("gpu_read_bytes_per_s", 0.0);
-  }
-  size_t drawn = 0;
-  for (const Run& r : runs) drawn += r.skipped.empty();
-  const bool raw_points = drawn <= 4;  // beneath the median curves while few runs share a plot
-
+// Every plot of the page, filled run by run.
+struct Charts {
+  double cpu_read = 0, gpu_read = 0;  // read-bandwidth ceilings (0: none measured)
+  bool raw_points = false;            // draw each step beneath the median curves
   Plot decode{"KV tokens read in the step", "ms per layer", false, true, "%g", "%g", {}};
   Plot prefill = decode, bandwidth{"KV tokens read in the step", "% of read bandwidth", false, false, "%g", "%g", {}};
   Plot ttft{"TTFT (s)", "fraction of requests", false, false, "%g", "%g", {}};
   Plot tpot{"TPOT (s)", "fraction of requests", false, false, "%g", "%g", {}};
   std::vector<Series> raw_decode, raw_prefill;
-  BarChart memory, step, ceiling;
-  memory.panels = {{"peak KV (MiB)", {}}, {"peak workspace (MiB)", {}}, {"one layer's weights (MiB)", {}}};
-  step.panels = {{"attention (ms/step)", {}}, {"matrix products (ms/step)", {}}, {"scheduling + plan (ms/step)", {}}};
+  BarChart memory{{}, {}, {{"peak KV (MiB)", {}}, {"peak workspace (MiB)", {}}, {"one layer's weights (MiB)", {}}}};
+  BarChart step{{}, {}, {{"attention (ms/step)", {}}, {"matrix products (ms/step)", {}}, {"scheduling + plan (ms/step)", {}}}};
+  BarChart ceiling;
   std::vector<std::string> workloads;  // the ceiling chart's panels
   std::vector<std::map<std::string, double>> ceiling_rows;
 
-  for (const Run& r : runs) {
-    if (!r.skipped.empty()) continue;
-    if (r.replay) {
-      const json& run = *r.run;
-      const double layers = std::max(1, run["config"].value("num_layers", 1));
-      const int c_kv = column(run, "steps", "kv_tokens"), c_attn = column(run, "steps", "attn_ms");
-      const int c_pre = column(run, "steps", "num_prefill"), c_gemm = column(run, "steps", "gemm_ms");
-      const int c_sched = column(run, "steps", "sched_ms");
-      std::vector<std::pair<double, double>> dec, pre;
-      double sum_attn = 0, sum_gemm = 0, sum_sched = 0;
-      for (const json& st : run["steps"]) {
-        const double x = st[c_kv].get<double>(), y = st[c_attn].get<double>() / layers;
-        if (x > 0 && y > 0) (st[c_pre].get<int>() == 0 ? dec : pre).emplace_back(x, y);
-        sum_attn += st[c_attn].get<double>();
-        sum_gemm += st[c_gemm].get<double>();
-        sum_sched += st[c_sched].get<double>();
-      }
-      if (raw_points) {
-        raw_decode.push_back({"", dec, r.style, Series::Draw::points, 0.3});
-        raw_prefill.push_back({"", pre, r.style, Series::Draw::points, 0.3});
-      }
-      if (!dec.empty()) decode.series.push_back(run_series(r, binned_medians(dec)));
-      if (!pre.empty()) prefill.series.push_back(run_series(r, binned_medians(pre)));
-      // Decode attention reads every cached K/V row once: bytes of one token's K and V in one layer
-      // (page_bytes covers page_size tokens of every layer) times the KV tokens, over one layer's time.
-      const double ceil = run.value("device", "") == "cuda" ? gpu_read : cpu_read;
-      const double row_bytes =
-          run["config"].value("page_bytes", 0.0) / std::max(1, run["config"].value("page_size", 1)) / layers;
-      if (ceil > 0 && row_bytes > 0 && !dec.empty()) {
-        std::vector<std::pair<double, double>> frac;
-        for (const auto& [x, y] : dec) frac.emplace_back(x, 100.0 * x * row_bytes / (y * 1e-3) / ceil);
-        bandwidth.series.push_back(run_series(r, binned_medians(frac)));
-      }
-      const double n = std::max<size_t>(1, run["steps"].size());
-      step.rows.push_back(r.label);
-      step.colors.push_back(r.style.color);
-      step.panels[0].values.push_back(sum_attn / n);
-      step.panels[1].values.push_back(sum_gemm / n);
-      step.panels[2].values.push_back(sum_sched / n);
-      std::vector<double> t1, t2;
-      const int c_ttft = column(run, "requests", "ttft_s"), c_tpot = column(run, "requests", "tpot_s");
-      const int c_out = column(run, "requests", "output_len");
-      for (const json& q : run["requests"]) {
-        t1.push_back(q[c_ttft].get<double>());
-        if (q[c_out].get<int64_t>() > 1) t2.push_back(q[c_tpot].get<double>());
-      }
-      if (!t1.empty()) ttft.series.push_back(run_series(r, cdf(t1), Series::Draw::lines));
-      if (!t2.empty()) tpot.series.push_back(run_series(r, cdf(t2), Series::Draw::lines));
-      memory.rows.push_back(r.label);
-      memory.colors.push_back(r.style.color);
-      memory.panels[0].values.push_back(run["summary"].value("peak_kv_bytes", 0.0) / (1 << 20));
-      memory.panels[1].values.push_back(run["summary"].value("peak_workspace_bytes", 0.0) / (1 << 20));
-      memory.panels[2].values.push_back(run["config"].value("weight_bytes", 0.0) / (1 << 20));
-      continue;
+  static void row(BarChart& c, const Run& r, std::initializer_list<double> values) {
+    c.rows.push_back(r.label);
+    c.colors.push_back(r.style.color);
+    size_t i = 0;
+    for (double v : values) c.panels[i++].values.push_back(v);
+  }
+
+  void add_replay(const Run& r) {
+    const json& run = *r.run;
+    const double layers = std::max(1, run["config"].value("num_layers", 1));
+    const int c_kv = column(run, "steps", "kv_tokens"), c_attn = column(run, "steps", "attn_ms");
+    const int c_pre = column(run, "steps", "num_prefill"), c_gemm = column(run, "steps", "gemm_ms");
+    const int c_sched = column(run, "steps", "sched_ms");
+    std::vector<std::pair<double, double>> dec, pre;
+    double sum_attn = 0, sum_gemm = 0, sum_sched = 0;
+    for (const json& st : run["steps"]) {
+      const double x = st[c_kv].get<double>(), y = st[c_attn].get<double>() / layers;
+      if (x > 0 && y > 0) (st[c_pre].get<int>() == 0 ? dec : pre).emplace_back(x, y);
+      sum_attn += st[c_attn].get<double>();
+      sum_gemm += st[c_gemm].get<double>();
+      sum_sched += st[c_sched].get<double>();
     }
-    // Bench: one point per workload at its KV tokens (older files: batch x length from the label).
+    if (raw_points) {
+      raw_decode.push_back({"", dec, r.style, Series::Draw::points, 0.3});
+      raw_prefill.push_back({"", pre, r.style, Series::Draw::points, 0.3});
+    }
+    if (!dec.empty()) decode.series.push_back(run_series(r, binned_medians(dec)));
+    if (!pre.empty()) prefill.series.push_back(run_series(r, binned_medians(pre)));
+    // Decode attention reads every cached K/V row once: bytes of one token's K and V in one layer
+    // (page_bytes covers page_size tokens of every layer) times the KV tokens, over one layer's time.
+    const double ceil = run.value("device", "") == "cuda" ? gpu_read : cpu_read;
+    const double row_bytes =
+        run["config"].value("page_bytes", 0.0) / std::max(1, run["config"].value("page_size", 1)) / layers;
+    if (ceil > 0 && row_bytes > 0 && !dec.empty()) {
+      std::vector<std::pair<double, double>> frac;
+      for (const auto& [x, y] : dec) frac.emplace_back(x, 100.0 * x * row_bytes / (y * 1e-3) / ceil);
+      bandwidth.series.push_back(run_series(r, binned_medians(frac)));
+    }
+    const double n = std::max<size_t>(1, run["steps"].size());
+    row(step, r, {sum_attn / n, sum_gemm / n, sum_sched / n});
+    std::vector<double> t1, t2;
+    const int c_ttft = column(run, "requests", "ttft_s"), c_tpot = column(run, "requests", "tpot_s");
+    const int c_out = column(run, "requests", "output_len");
+    for (const json& q : run["requests"]) {
+      t1.push_back(q[c_ttft].get<double>());
+      if (q[c_out].get<int64_t>() > 1) t2.push_back(q[c_tpot].get<double>());
+    }
+    if (!t1.empty()) ttft.series.push_back(run_series(r, cdf(t1), Series::Draw::lines));
+    if (!t2.empty()) tpot.series.push_back(run_series(r, cdf(t2), Series::Draw::lines));
+    const json& s = run["summary"];
+    row(memory, r, {s.value("peak_kv_bytes", 0.0) / (1 << 20), s.value("peak_workspace_bytes", 0.0) / (1 << 20),
+                    run["config"].value("weight_bytes", 0.0) / (1 << 20)});
+  }
+
+  // A bench run: one point per workload at its KV tokens (older files: batch x length from the label).
+  void add_bench(const Run& r) {
     std::vector<std::pair<double, double>> dec, pre;
     double workspace = 0;
     std::map<std::string, double> fractions;
@@ -211,54 +196,80 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
     }
     if (!dec.empty()) decode.series.push_back(run_series(r, dec));
     if (!pre.empty()) prefill.series.push_back(run_series(r, pre));
-    memory.rows.push_back(r.label);
-    memory.colors.push_back(r.style.color);
-    memory.panels[0].values.push_back(kNone);
-    memory.panels[1].values.push_back(workspace / (1 << 20));
-    memory.panels[2].values.push_back(kNone);
+    row(memory, r, {kNone, workspace / (1 << 20), kNone});
     if (!fractions.empty()) {
       ceiling.rows.push_back(r.label);
       ceiling.colors.push_back(r.style.color);
       ceiling_rows.push_back(fractions);
     }
   }
-  for (const std::string& wl : workloads) {
-    // One scale, to 100% at least, so that panels compare at a glance.
-    BarChart::Panel p{workloads.size() == 1 ? "% of ceiling" : wl + " (%)", {}, 100.0};
-    for (const auto& fr : ceiling_rows) p.values.push_back(fr.count(wl) ? fr.at(wl) : kNone);
-    ceiling.panels.push_back(std::move(p));
+
+  // Once every run is in: the ceiling chart's panels, the raw samples under the curves, the axes.
+  void finish() {
+    for (const std::string& wl : workloads) {
+      // One scale, to 100% at least, so that panels compare at a glance.
+      BarChart::Panel p{workloads.size() == 1 ? "% of ceiling" : wl + " (%)", {}, 100.0};
+      for (const auto& fr : ceiling_rows) p.values.push_back(fr.count(wl) ? fr.at(wl) : kNone);
+      ceiling.panels.push_back(std::move(p));
+    }
+    decode.series.insert(decode.series.begin(), raw_decode.begin(), raw_decode.end());
+    prefill.series.insert(prefill.series.begin(), raw_prefill.begin(), raw_prefill.end());
+    set_axes(decode, true);
+    set_axes(prefill, true);
+    set_axes(bandwidth, true);
+    set_axes(ttft, false);
+    set_axes(tpot, false);
   }
-  // Raw samples first, so the curves are drawn over them.
-  decode.series.insert(decode.series.begin(), raw_decode.begin(), raw_decode.end());
-  prefill.series.insert(prefill.series.begin(), raw_prefill.begin(), raw_prefill.end());
-  set_axes(decode, true);
-  set_axes(prefill, true);
-  set_axes(bandwidth, true);
-  set_axes(ttft, false);
-  set_axes(tpot, false);
+};
+
+}  // namespace
+
+std::string build_report(const std::vector<ReportInput>& inputs, const std::string& title) {
+  for (const ReportInput& in : inputs) {
+    ATTNKIT_CHECK(is_replay(in.data) || is_bench(in.data), "report: ", in.file,
+                  " is neither a replay result (\"kind\": \"replay\") nor a bench result (\"results\": [...])");
+  }
+  const std::vector<Run> runs = report_impl::collect_runs(inputs);
+  Charts ch;
+  // Read-bandwidth ceilings from the first bench file measured with --ceilings.
+  for (const ReportInput& in : inputs) {
+    if (!is_bench(in.data) || !in.data.contains("ceilings") || !in.data["ceilings"].is_object()) continue;
+    const json& c = in.data["ceilings"];
+    if (ch.cpu_read == 0.0) ch.cpu_read = c.value("cpu_read_bytes_per_s", 0.0);
+    if (ch.gpu_read == 0.0) ch.gpu_read = c.value("gpu_read_bytes_per_s", 0.0);
+  }
+  size_t drawn = 0;
+  for (const Run& r : runs) drawn += r.skipped.empty();
+  ch.raw_points = drawn <= 4;  // while few runs share a plot
+  for (const Run& r : runs) {
+    if (!r.skipped.empty()) continue;
+    if (r.replay) ch.add_replay(r);
+    else ch.add_bench(r);
+  }
+  ch.finish();
 
   Page page;
-  const char* medians = raw_points ? "The curve is the median of the steps (dots) in each quarter-octave of KV length"
+  const char* medians = ch.raw_points ? "The curve is the median of the steps (dots) in each quarter-octave of KV length"
                                    : "Each curve is the median of a run's steps in each quarter-octave of KV length";
-  page.figure(decode, "Decode steps: attention time per layer vs KV tokens read",
+  page.figure(ch.decode, "Decode steps: attention time per layer vs KV tokens read",
               std::string(medians) + " (attention time of all layers over the layer count); bench points are the median "
                   "of one call. Decode is memory-bound, so time grows with the KV tokens read.", "lines");
-  page.figure(prefill, "Steps with prefill: attention time per layer vs KV tokens read",
+  page.figure(ch.prefill, "Steps with prefill: attention time per layer vs KV tokens read",
               std::string(medians) + "; bench prefill and mixed workloads are the median of one call.", "lines");
-  page.figure(ceiling, "Bench: fraction of the measured ceiling",
+  page.figure(ch.ceiling, "Bench: fraction of the measured ceiling",
               "Bench results measured with --ceilings: bytes/s against the device's read bandwidth for decode, "
               "FLOP/s against its matrix rate otherwise.", "bars");
-  page.figure(bandwidth, "Replay decode steps: KV read rate as a fraction of the measured read bandwidth",
+  page.figure(ch.bandwidth, "Replay decode steps: KV read rate as a fraction of the measured read bandwidth",
               "KV bytes read by one layer's attention over its time, against the device's read bandwidth from a bench "
               "file measured with --ceilings (median per quarter-octave); a KV small enough to stay in the CPU's "
               "caches can read faster than memory.", "lines");
-  page.figure(ttft, "Time to first token", "Distribution of the time from a request's arrival to its first output "
+  page.figure(ch.ttft, "Time to first token", "Distribution of the time from a request's arrival to its first output "
                                            "token.", "lines");
-  page.figure(tpot, "Time per output token", "Distribution of each request's mean time between output tokens "
+  page.figure(ch.tpot, "Time per output token", "Distribution of each request's mean time between output tokens "
                                              "(requests with more than one output token).", "lines");
-  page.figure(memory, "Memory", "Peak KV cache in use, the backend's peak workspace, and the one layer of weights "
+  page.figure(ch.memory, "Memory", "Peak KV cache in use, the backend's peak workspace, and the one layer of weights "
                                 "the GEMMs use; a metric no run has is left out.", "bars");
-  page.figure(step, "Mean step time by part", "Mean step time split into attention, the layer's matrix products "
+  page.figure(ch.step, "Mean step time by part", "Mean step time split into attention, the layer's matrix products "
                                               "(GPU runs only) and the host's scheduling and planning.", "bars");
 
   std::time_t now = std::time(nullptr);

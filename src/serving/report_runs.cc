@@ -4,6 +4,7 @@
 #include "serving/report_runs.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <regex>
