@@ -24,6 +24,7 @@ using report_impl::html_escape;
 using report_impl::Run;
 
 constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+constexpr size_t kMultiplesFrom = 6;  // curves in one plot from which each also gets a panel of its own
 
 bool is_replay(const json& j) { return j.value("kind", "") == "replay"; }
 bool is_bench(const json& j) { return j.contains("results") && j["results"].is_array(); }
@@ -90,6 +91,10 @@ struct Page {
   void figure(const Chart& chart, const std::string& title, const std::string& caption, const char* cls) {
     std::string why;
     const std::string svg = render_svg(chart, &why);
+    figure(svg, why, title, caption, cls);
+  }
+  void figure(const std::string& svg, const std::string& why, const std::string& title, const std::string& caption,
+              const char* cls) {
     if (svg.empty()) {
       if (why != "no data") missing = why;
       return;
@@ -254,6 +259,16 @@ std::string build_report(const std::vector<ReportInput>& inputs, const std::stri
   page.figure(ch.decode, "Decode steps: attention time per layer vs KV tokens read",
               std::string(medians) + " (attention time of all layers over the layer count); bench points are the median "
                   "of one call. Decode is memory-bound, so time grows with the KV tokens read.", "lines");
+  // Many curves in one plot: each also in a panel of its own, over the others in grey.
+  size_t curves = 0;
+  for (const Series& s : ch.decode.series) curves += !s.title.empty();
+  if (curves >= kMultiplesFrom) {
+    std::string why;
+    const std::string svg = render_small_multiples(ch.decode, 3, &why);
+    page.figure(svg, why, "Decode steps, one panel per run",
+                "The plot above, a panel a run: the run's curve in its colour, every other run's in grey, on the same "
+                "axes.", "multiples");
+  }
   page.figure(ch.prefill, "Steps with prefill: attention time per layer vs KV tokens read",
               std::string(medians) + "; bench prefill and mixed workloads are the median of one call.", "lines");
   page.figure(ch.ceiling, "Bench: fraction of the measured ceiling",

@@ -57,6 +57,9 @@ struct BarChart {
 // series' group is titled with its legend entry (a tooltip in the browser).
 std::string render_svg(const Plot& plot, std::string* why);
 std::string render_svg(const BarChart& chart, std::string* why);
+// One panel per titled series, `columns` a row, each drawing its series over the others in grey on
+// shared axes, titled with the series' legend entry.
+std::string render_small_multiples(const Plot& plot, int columns, std::string* why);
 // Whether gnuplot can be run here.
 bool gnuplot_available();
 

@@ -42,13 +42,9 @@ std::string render_kept(const BarChart& c, std::string* why) {
   const double width = label_w + n * panel_w + (n - 1) * gap + 20, height = top + area_h + bottom;
   std::ostringstream s;
   s.precision(9);
-  s << "set terminal svg size " << static_cast<int>(width) << "," << static_cast<int>(height)
-    << " noenhanced font 'sans,11' background rgb 'white'\nset encoding utf8\n";
+  s << report_impl::gnuplot_preamble(width, height) << "set grid noytics\nset ytics scale 0\nunset key\n";
   s << "set multiplot\nset tmargin at screen " << 1 - top / height << "\nset bmargin at screen " << bottom / height
     << "\n";
-  s << "set object 1 rectangle from graph 0,0 to graph 1,1 behind fillcolor rgb '" << report_impl::kPlotAreaFill
-    << "' fillstyle solid 1.0 noborder\n";
-  s << "set border 3 lc rgb '#444444'\nset tics nomirror\nset ytics scale 0\nset grid xtics lc rgb '#dddddd' lw 1 dt 1\nunset key\n";
   s << "set yrange [" << static_cast<double>(c.rows.size()) - 0.4 << ":-0.6]\nset xtics format '%g'\n";
   std::vector<std::string> no_titles;
   for (size_t k = 0; k < panels.size(); ++k) {

@@ -101,15 +101,51 @@ std::string render_gnuplot(const std::string& script, const std::vector<std::str
   for (size_t at = out.find(fill); at != std::string::npos; at = out.find(fill, at + tagged.size())) {
     out.replace(at, std::string(fill).size(), tagged);
   }
-  for (size_t n = 0; n < clause_titles.size(); ++n) {
-    if (clause_titles[n].empty()) continue;
-    const std::string gnuplot_title = "<title>gnuplot_plot_" + std::to_string(n + 1) + "</title>";
-    const size_t at = out.find(gnuplot_title);
-    std::string t;
-    for (char c : clause_titles[n]) t += c == '<' ? "&lt;" : c == '&' ? "&amp;" : std::string(1, c);
-    if (at != std::string::npos) out.replace(at, gnuplot_title.size(), "<title>" + t + "</title>");
+  // The clauses' groups in the order they were drawn (a multiplot numbers each panel's from 1).
+  size_t at = 0;
+  for (const std::string& title : clause_titles) {
+    at = out.find("<title>gnuplot_plot_", at);
+    if (at == std::string::npos) break;
+    const size_t end = out.find("</title>", at);
+    if (title.empty()) {
+      at = end;
+      continue;
+    }
+    std::string t = "<title>";
+    for (char c : title) t += c == '<' ? "&lt;" : c == '&' ? "&amp;" : std::string(1, c);
+    out.replace(at, end - at, t);
+    at += t.size();
   }
   return out;
+}
+
+std::string gnuplot_preamble(double width, double height) {
+  std::ostringstream s;
+  s << "set terminal svg size " << static_cast<int>(width) << "," << static_cast<int>(height)
+    << " noenhanced font 'sans,11' background rgb 'white'\nset encoding utf8\n";
+  s << "set object 1 rectangle from graph 0,0 to graph 1,1 behind fillcolor rgb '" << kPlotAreaFill
+    << "' fillstyle solid 1.0 noborder\n";
+  s << "set grid lc rgb '#dddddd' lw 1 dt 1\nset border 3 lc rgb '#444444'\nset tics nomirror\n";
+  return s.str();
+}
+
+std::string gnuplot_axes(const Plot& p) {
+  std::ostringstream s;
+  s << "set format x '" << p.xformat << "'\nset format y '" << p.yformat << "'\n";
+  if (p.logx) s << "set logscale x\n";
+  if (p.logy) s << "set logscale y\n";
+  return s.str();
+}
+
+std::string gnuplot_data(const Plot& p) {
+  std::ostringstream s;
+  s.precision(9);
+  for (size_t i = 0; i < p.series.size(); ++i) {
+    s << "$d" << i << " << EOD\n";
+    for (const auto& [x, y] : p.series[i].points) s << x << ' ' << y << '\n';
+    s << "EOD\n";
+  }
+  return s.str();
 }
 
 }  // namespace report_impl
@@ -136,25 +172,13 @@ std::string render_svg(const Plot& p, std::string* why) {
   const double width = left + area_w + gap + key_w, height = top + area_h + bottom;
   std::ostringstream s;
   s.precision(9);
-  s << "set terminal svg size " << static_cast<int>(width) << "," << static_cast<int>(height)
-    << " noenhanced font 'sans,11' background rgb 'white'\nset encoding utf8\n";
+  s << report_impl::gnuplot_preamble(width, height) << report_impl::gnuplot_axes(p) << report_impl::gnuplot_data(p);
   s << "set lmargin at screen " << left / width << "\nset rmargin at screen " << (left + area_w) / width
     << "\nset tmargin at screen " << 1 - top / height << "\nset bmargin at screen " << bottom / height << "\n";
-  s << "set object 1 rectangle from graph 0,0 to graph 1,1 behind fillcolor rgb '" << report_impl::kPlotAreaFill
-    << "' fillstyle solid 1.0 noborder\n";
   s << "set xlabel " << report_impl::gnuplot_quoted(p.xlabel) << "\nset ylabel " << report_impl::gnuplot_quoted(p.ylabel)
     << "\n";
-  s << "set grid lc rgb '#dddddd' lw 1 dt 1\nset border 3 lc rgb '#444444'\nset tics nomirror\n";
   s << "set key outside right top Left reverse samplen 3 spacing 1.0 maxrows " << std::max<size_t>(entries, 1)
     << "\n";
-  s << "set format x '" << p.xformat << "'\nset format y '" << p.yformat << "'\n";
-  if (p.logx) s << "set logscale x\n";
-  if (p.logy) s << "set logscale y\n";
-  for (size_t i = 0; i < p.series.size(); ++i) {
-    s << "$d" << i << " << EOD\n";
-    for (const auto& [x, y] : p.series[i].points) s << x << ' ' << y << '\n';
-    s << "EOD\n";
-  }
   std::vector<std::string> titles;
   s << "plot ";
   for (size_t i = 0; i < p.series.size(); ++i) {
