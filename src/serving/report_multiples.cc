@@ -68,7 +68,9 @@ std::string render_small_multiples(const Plot& p, int columns, std::string* why)
       titles.push_back("");
     }
     const Series& me = p.series[shown[k]];
-    s << "$d" << shown[k] << " using 1:2 with linespoints lw 2 ps 0.6 pi " << std::max<size_t>(1, me.points.size() / 8)
+    // A run of one or two points (a bench file's workloads) gets markers big enough to see alone.
+    s << "$d" << shown[k] << " using 1:2 with linespoints lw 2 ps " << (me.points.size() <= 2 ? 1.2 : 0.6) << " pi "
+      << std::max<size_t>(1, me.points.size() / 8)
       << " pt " << gnuplot_point_type(me.style.marker) << " lc rgb '" << me.style.color << "' notitle\n";
     titles.push_back(me.title);
   }
