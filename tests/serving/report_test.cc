@@ -8,7 +8,9 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 
+#include "report_inputs.h"
 #include "serving/replay.h"
 #include "serving/replay_json.h"
 #include "serving/report.h"
@@ -48,9 +50,9 @@ std::string page() { return build_report({{"replay.json", small_replay()}, {"ben
 
 TEST(Report, SelfContainedWithTables) {
   const std::string html = page();
-  EXPECT_NE(html.find("<table>"), std::string::npos);
+  EXPECT_NE(html.find("<table"), std::string::npos);
   EXPECT_NE(html.find("reference"), std::string::npos);
-  EXPECT_NE(html.find("llama3-8b decode 4 x 2048"), std::string::npos);
+  EXPECT_NE(html.find("decode 4 x 2048"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   // Nothing to fetch: src= and href= only point inside the page (SVG namespaces are names, not fetches).
   EXPECT_FALSE(std::regex_search(html, std::regex(R"((src|href)\s*=\s*['"](?!#))")));
@@ -60,11 +62,32 @@ TEST(Report, OneSvgPerPlotWhenGnuplotIsInstalled) {
   if (!gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed";
   const std::string html = page();
   size_t svgs = 0;
-  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
-  // latency, ceiling, TTFT, TPOT, memory, step time; the replay's bandwidth plot needs ceilings
-  // for its device (the bench file here has none).
-  EXPECT_EQ(svgs, 6u);
+  for (size_t at = html.find("<figure class=\"plot"); at != std::string::npos; at = html.find("<figure class=\"plot", at + 1)) ++svgs;
+  // latency of decode steps and of steps with prefill, ceiling, TTFT, TPOT, memory, step time; the
+  // replay's bandwidth plot needs ceilings for its device (the bench file here has none).
+  EXPECT_EQ(svgs, 7u);
   EXPECT_EQ(html.find("<?xml"), std::string::npos);
+}
+
+TEST(Report, TwentyFourRunsTwentyFourColours) {
+  std::set<std::string> colors, looks;
+  for (int i = 0; i < kDistinctColors; ++i) colors.insert(run_style(i).color);
+  EXPECT_EQ(colors.size(), static_cast<size_t>(kDistinctColors));
+  // Past the palette, colour, marker and dash together still tell 72 runs apart.
+  for (int i = 0; i < 3 * kDistinctColors; ++i) {
+    const RunStyle s = run_style(i);
+    looks.insert(s.color + "/" + std::to_string(s.marker) + "/" + std::to_string(s.dash));
+  }
+  EXPECT_EQ(looks.size(), static_cast<size_t>(3 * kDistinctColors));
+}
+
+// A skipped run has a row saying why, and no place in the plots.
+TEST(Report, SkippedRunsInTheTableOnly) {
+  nlohmann::json doc = testing::synthetic_replay({{"cpu"}, "t", "llama3-8b", "abc1234"}, 1);
+  doc["runs"].push_back({{"label", "flashinfer"}, {"device", "cuda"}, {"skipped", "no CUDA device"}});
+  const std::string html = build_report({{"r.json", doc}}, "t");
+  EXPECT_NE(html.find("skipped: no CUDA device"), std::string::npos);
+  EXPECT_EQ(html.find("<title>flashinfer</title>"), std::string::npos);
 }
 
 TEST(Report, RejectsAnUnknownFile) {
@@ -86,8 +109,8 @@ TEST(Report, RendersInHeadlessChromium) {
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("<title>test</title>"), std::string::npos);
   size_t svgs = 0;
-  for (size_t at = text.find("<svg"); at != std::string::npos; at = text.find("<svg", at + 1)) ++svgs;
-  EXPECT_EQ(svgs, 6u);
+  for (size_t at = text.find("<figure class=\"plot"); at != std::string::npos; at = text.find("<figure class=\"plot", at + 1)) ++svgs;
+  EXPECT_EQ(svgs, 7u);
 }
 
 }  // namespace
