@@ -3,6 +3,7 @@
 #include "serving/replay.h"
 
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "attnkit/registry.h"
@@ -76,9 +77,17 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   const double page_bytes =
       static_cast<double>(cfg.k_slot_bytes() + cfg.v_slot_bytes()) * cfg.page_size * cfg.num_layers;
   const double kv_memory = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : default_kv_memory_bytes(cfg.device);
+  ATTNKIT_CHECK(o.kv_pages == 0 || o.kv_pages >= 2, "replay: kv_pages must be >= 2 (or 0: from the KV memory), got ",
+                o.kv_pages);
   cfg.num_pages = static_cast<int>(o.kv_pages > 0 ? o.kv_pages : static_cast<int64_t>(kv_memory / page_bytes));
-  ATTNKIT_CHECK(cfg.num_pages >= 2, "replay: the KV memory (", kv_memory, " bytes) holds ", cfg.num_pages,
-                " pages of ", page_bytes, " bytes: give more memory or fewer layers");
+  if (o.kv_pages == 0 && cfg.num_pages < 2) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%.3g GiB%s holds %d pages of %.3g MiB", kv_memory / double(1ull << 30),
+                  o.kv_memory_bytes > 0 ? "" : cfg.device == Device::cuda ? " (the GPU default)" : " (the CPU default)",
+                  cfg.num_pages, page_bytes / double(1ull << 20));
+    throw Error(detail::concat("replay: kv_memory_bytes of ", text, "; expected room for at least 2 pages: more "
+                               "KV memory, or fewer layers"));
+  }
   r.kv_pages = cfg.num_pages;
   r.page_size = cfg.page_size;
   r.page_bytes = page_bytes;
