@@ -7,6 +7,7 @@
 
 #include "attnkit/tensor.h"
 #include "format.h"
+#include "options.h"
 #include "serving/replay_json.h"
 
 namespace attnkit::tool {
@@ -40,7 +41,7 @@ void print_trace_line(const serving::Trace& t, const serving::ReplayOptions& o) 
             << " rows, " << t.dropped << " dropped (empty), " << t.clamped << " clamped";
   if (!t.has_arrivals) std::cout << ", Poisson arrivals";
   if (t.prefix_hit_ratio > 0) std::cout << ", shared-prefix tokens " << fixed(100 * t.prefix_hit_ratio, 1) << "%";
-  std::cout << "\nmodel " << o.model.name << " x " << o.model.num_layers() << " layers, page " << o.page_size
+  std::cout << "\nmodel " << o.model.name << " x " << count_of(o.model.num_layers(), "layer") << ", page " << o.page_size
             << ", max batch " << o.scheduler.max_batch_size << ", token budget " << o.scheduler.token_budget
             << (o.verify ? ", verifying sampled steps against reference" : "") << "\n";
 }
