@@ -57,6 +57,8 @@ TEST(Cli, BadValuesExitTwoInEverySubcommand) {
       {"replay --kv-pages 1", "--kv-pages: expected a whole number from 2 to 2147483648, got '1'"},
       {"check --seed 1 --seed 2", "--seed was given 2 times; give it once"},
       {"bench --threads 0", "--threads: expected a whole number from 1 to 1024, got '0'"},
+      {"bench --cpu-bf16-dot maybe", "--cpu-bf16-dot: maybe not in {true,false}"},
+      {"bench --batch", "--batch needs a value (INT)"},
       {"bench --requests 0+0", "--requests: each item must be PREFIX+NEW or PREFIX+NEWxCOUNT with PREFIX >= 0, "
                                "NEW >= 0, PREFIX+NEW >= 1 and COUNT >= 1, got '0+0'"},
   };

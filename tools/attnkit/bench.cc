@@ -115,7 +115,9 @@ std::function<int()> add_bench(CLI::App& app) {
                   "two-level (by the last CTA, plain launch), all-wait-plain (planned all-wait, launched plainly)")
       ->check(CLI::IsMember({"all-wait", "two-level", "all-wait-plain"}));
   cmd->add_option("--cpu-bf16-dot", o->cpu_bf16_dot,
-                  "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)");
+                  "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)")
+      ->check(CLI::IsMember({"true", "false"}))
+      ->default_str("true");
   cmd->add_option("--decode-timeline", o->decode_timeline,
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
@@ -194,10 +196,10 @@ std::function<int()> add_bench(CLI::App& app) {
         j["call_ms"] = r.call_ms;
         j["read_before_call_bytes_per_s"] = r.paired;
       }
-      const std::string beside = paired > 0 ? si(median(r.paired)) + "B/s" : "-";
+      const std::string beside = paired > 0 ? si(median(r.paired), "B/s") : "-";
       rows.push_back({name, w.label, fixed(r.median_ms, 3), std::to_string(r.repeats), si(r.tokens_per_s),
-                      si(rate) + (memory_bound ? "B/s" : "FLOP/s"), frac, beside, fixed(r.plan_us, 1),
-                      si(r.workspace_bytes) + "B", si(r.backend_host_bytes) + "B", si(r.peak_rss_bytes) + "B"});
+                      si(rate, memory_bound ? "B/s" : "FLOP/s"), frac, beside, fixed(r.plan_us, 1),
+                      si(r.workspace_bytes, "B"), si(r.backend_host_bytes, "B"), si(r.peak_rss_bytes, "B")});
       results.push_back(j);
     }
     print_table(rows);

@@ -67,7 +67,7 @@ void print_comparison(const std::vector<RunOutcome>& runs) {
     size_t passed = 0;
     for (const auto& v : r.verified) passed += v.passed;
     rows.push_back({r.label, r.device, fixed(s.output_tokens_per_s, 1), ms3(s.ttft_s), ms3(s.tpot_s),
-                    fixed(s.itl_s.p99 * 1e3, 1), si(s.peak_kv_bytes) + "B", si(s.peak_workspace_bytes) + "B",
+                    fixed(s.itl_s.p99 * 1e3, 1), si(s.peak_kv_bytes, "B"), si(s.peak_workspace_bytes, "B"),
                     std::to_string(r.num_preemptions), fixed(100 * s.attn_fraction, 1) + "%",
                     fixed(100 * s.sched_fraction, 2) + "%",
                     r.verified.empty() ? "-" : std::to_string(passed) + "/" + std::to_string(r.verified.size())});

@@ -26,7 +26,8 @@ std::function<int()> add_report(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("results", o->inputs, "Result files from `attnkit replay --json` or `attnkit bench --json`")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile)
+      ->default_str("");
   cmd->add_option("-o,--output", o->output, "The HTML file to write")->check(writable_file());
   cmd->add_option("--title", o->title, "The page's title");
   return [o] {

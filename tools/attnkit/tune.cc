@@ -28,7 +28,8 @@ std::function<int()> add_tune(CLI::App& app) {
   cmd->add_option("--preset", o->preset, "Model preset")->check(CLI::IsMember(preset_names()));
   cmd->add_option("--backend", o->backends, "Backends to time, comma-separated (default: every available one)")
       ->delimiter(',')
-      ->check(CLI::IsMember(Registry::global().names()));
+      ->check(CLI::IsMember(Registry::global().names()))
+      ->default_str("");
   cmd->add_option("--phases", o->phases, "Phases, comma-separated: prefill, decode")
       ->delimiter(',')
       ->check(CLI::IsMember({"prefill", "decode"}));
