@@ -47,17 +47,19 @@ CLI::Validator trace_path() {
       "FILE|builtin");
 }
 
-CLI::Validator whole_number(int64_t lo, int64_t hi) {
+CLI::Validator whole_number(int64_t lo, int64_t hi, bool or_zero) {
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
   return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
+      [lo, hi, or_zero](std::string& text) -> std::string {
         int64_t v = 0;
-        if (!CLI::detail::lexical_cast(text, v) || v < lo || v > hi) {
-          return "expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
-                 text + "'";
+        const bool number = CLI::detail::lexical_cast(text, v);
+        if (!number || ((v < lo || v > hi) && !(or_zero && v == 0))) {
+          return std::string("expected ") + (or_zero ? "0 or " : "") + "a whole number from " + std::to_string(lo) +
+                 " to " + std::to_string(hi) + ", got '" + text + "'";
         }
         return {};
       },
-      hi <= 100000 ? std::to_string(lo) + ".." + std::to_string(hi) : std::string());
+      hi <= 100000 ? (or_zero ? "0|" : "") + range : std::string());
 }
 
 CLI::Validator positive_number() {

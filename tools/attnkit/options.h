@@ -16,8 +16,9 @@ CLI::Validator trace_path();
 CLI::Validator writable_file();
 // A number > 0 (CLI::PositiveNumber's message quotes the double range's bounds in full).
 CLI::Validator positive_number();
-// A whole number from lo to hi (CLI::Range says "Value abc not in range" of a word too).
-CLI::Validator whole_number(int64_t lo, int64_t hi);
+// A whole number from lo to hi, or 0 too where `or_zero` (CLI::Range says "Value abc not in range"
+// of a word too).
+CLI::Validator whole_number(int64_t lo, int64_t hi, bool or_zero = false);
 // A whole number >= 0 written in decimal digits (an unsigned option would take "-1" as 2^64 - 1).
 CLI::Validator unsigned_integer();
 

@@ -157,7 +157,7 @@ std::function<int()> add_replay(CLI::App& app) {
       ->check(whole_number(0, int64_t{1} << 40))
       ->default_str("");
   cmd->add_option("--max-context", o->max_context, "Clamp prompt + output to this many tokens (0: no limit)")
-      ->check(whole_number(0, int64_t{1} << 30));
+      ->check(whole_number(2, int64_t{1} << 30, /*or_zero=*/true));
   cmd->add_option("--speed", o->speed, "Time scale of arrivals (2: twice as fast)")->check(positive_number());
   cmd->add_option("--rate", o->rate, "Requests/s of Poisson arrivals for traces without times")
       ->check(positive_number());
