@@ -59,6 +59,9 @@ TEST(Cli, BadValuesExitTwoInEverySubcommand) {
       {"bench --threads 0", "--threads: expected a whole number from 1 to 1024, got '0'"},
       {"bench --cpu-bf16-dot maybe", "--cpu-bf16-dot: maybe not in {true,false}"},
       {"bench --batch", "--batch needs a value (INT)"},
+      {"bench --batch 2 --requests 3+1", "--batch and --requests cannot be given together"},
+      {"replay --kv-pages 100 --kv-memory 1", "--kv-memory and --kv-pages cannot be given together"},
+      {"replay --verify-max 3", "--verify-max requires --verify"},
       {"replay --max-context 1", "--max-context: expected 0 or a whole number from 2 to 1073741824, got '1'"},
       {"bench --requests 0+0", "--requests: each item must be PREFIX+NEW or PREFIX+NEWxCOUNT with PREFIX >= 0, "
                                "NEW >= 0, PREFIX+NEW >= 1 and COUNT >= 1, got '0+0'"},

@@ -78,15 +78,17 @@ std::function<int()> add_bench(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "Backend name, or all")->check(CLI::IsMember(backends));
   cmd->add_option("--preset", o->preset, "Model preset (its first layer is timed)")->check(CLI::IsMember(preset_names()));
   cmd->add_option("--phase", o->phase, "prefill, decode or mixed")->check(CLI::IsMember({"prefill", "decode", "mixed"}));
-  cmd->add_option("--batch", o->batch, "Requests in the batch (default: decode 8, prefill 1, mixed 8)")
+  CLI::Option* batch = cmd->add_option("--batch", o->batch, "Requests in the batch (default: decode 8, prefill 1, mixed 8)")
       ->check(whole_number(1, 1 << 20))
       ->default_str("");
-  cmd->add_option("--kv-len", o->kv_len,
+  CLI::Option* kv_len = cmd->add_option("--kv-len", o->kv_len,
                   "Tokens per request after this step (default: decode 4096, prefill 512, mixed 4096)")
       ->check(whole_number(1, int64_t{1} << 24))
       ->default_str("");
   cmd->add_option("--requests", o->requests,
-                  "The batch as PREFIX+NEW[xCOUNT],... (e.g. 127+1x32,8191+1x32); overrides --batch/--kv-len")
+                  "The batch as PREFIX+NEW[xCOUNT],... (e.g. 127+1x32,8191+1x32), instead of --batch and --kv-len")
+      ->excludes(batch)
+      ->excludes(kv_len)
       ->check(CLI::Validator(
           [](std::string& text) {
             try {

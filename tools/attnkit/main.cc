@@ -55,6 +55,8 @@ std::string explain(const CLI::ParseError& e, const CLI::App& app) {
   std::smatch m;
   const std::string what = e.what();
   if (std::regex_match(what, m, twice)) return m[1].str() + " was given " + m[2].str() + " times; give it once";
+  static const std::regex excludes("^(--[a-z0-9-]+) excludes (--[a-z0-9-]+)$");
+  if (std::regex_match(what, m, excludes)) return m[1].str() + " and " + m[2].str() + " cannot be given together";
   static const std::regex missing("^(.*): [0-9]+ required (.*) missing$");
   if (std::regex_match(what, m, missing)) return m[1].str() + " needs a value (" + m[2].str() + ")";
   return what;

@@ -165,20 +165,24 @@ std::function<int()> add_replay(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
-  cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
+  CLI::Option* kv_memory = cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
       ->check(positive_number())
       ->default_str("");
-  cmd->add_option("--kv-pages", o->kv_pages, "KV cache size in pages (overrides --kv-memory)")
+  cmd->add_option("--kv-pages", o->kv_pages, "KV cache size in pages, instead of --kv-memory")
+      ->excludes(kv_memory)
       ->check(whole_number(2, int64_t{1} << 31))
       ->default_str("");
   cmd->add_option("--max-batch", o->max_batch, "Requests running at once")->check(whole_number(1, 1 << 16));
   cmd->add_option("--token-budget", o->token_budget, "New tokens a step (decodes + prefill chunks)")
       ->check(whole_number(1, int64_t{1} << 20));
   cmd->add_flag("--attention-only", o->attention_only, "Skip the layers' matrix products (always so on the CPU)");
-  cmd->add_flag("--verify", o->verify, "Compare sampled steps with reference; a mismatch fails the run");
+  CLI::Option* verify = cmd->add_flag("--verify", o->verify, "Compare sampled steps with reference; a mismatch fails the run");
   cmd->add_option("--verify-every", o->verify_every, "Check every N-th step (and the first of each mode)")
+      ->needs(verify)
       ->check(whole_number(1, 1 << 30));
-  cmd->add_option("--verify-max", o->verify_max, "At most this many checked steps a run")->check(whole_number(1, 1 << 20));
+  cmd->add_option("--verify-max", o->verify_max, "At most this many checked steps a run")
+      ->needs(verify)
+      ->check(whole_number(1, 1 << 20));
   cmd->add_option("--seed", o->seed, "Seed of the inputs and of drawn arrivals")->check(unsigned_integer());
   cmd->add_option("--json", o->json, "Write the results as JSON to this file")->check(writable_file());
   cmd->add_option("--report", o->report, "Also write the HTML report to this file")->check(writable_file());
