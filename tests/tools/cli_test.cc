@@ -183,6 +183,9 @@ TEST(Cli, CheckPassesAndSaysSo) {
   const Outcome r = run_tool("check --backend reference --cases 2 --preset qwen3-0.6b");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("2 passed, 0 failed"), std::string::npos) << r.output;
+  const Outcome one_thread = run_tool("check --backend cpu --cases 2 --preset qwen3-0.6b --threads 1");
+  EXPECT_EQ(one_thread.status, 0) << one_thread.output;
+  EXPECT_NE(one_thread.output.find("2 passed, 0 failed"), std::string::npos) << one_thread.output;
 }
 
 TEST(Cli, BenchRunsAndReportsRates) {
