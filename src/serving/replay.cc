@@ -16,6 +16,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// 1.5 * 2^30 -> "1.5 GiB", 4096 -> "4 KiB": memory in the unit that suits it, in plain digits.
+std::string bytes_text(double bytes) {
+  static const char* const kUnit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (bytes >= 1024.0 && i < 4) {
+    bytes /= 1024.0;
+    ++i;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g %s", bytes, kUnit[i]);
+  return text;
+}
+
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Empty when `caps` can run every layer of the model on a cache of `cfg` with q in `dtype`.
@@ -81,12 +94,11 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
                 o.kv_pages);
   cfg.num_pages = static_cast<int>(o.kv_pages > 0 ? o.kv_pages : static_cast<int64_t>(kv_memory / page_bytes));
   if (o.kv_pages == 0 && cfg.num_pages < 2) {
-    char text[160];
-    std::snprintf(text, sizeof text, "%.3g GiB%s holds %d pages of %.3g MiB", kv_memory / double(1ull << 30),
-                  o.kv_memory_bytes > 0 ? "" : cfg.device == Device::cuda ? " (the GPU default)" : " (the CPU default)",
-                  cfg.num_pages, page_bytes / double(1ull << 20));
-    throw Error(detail::concat("replay: kv_memory_bytes of ", text, "; expected room for at least 2 pages: more "
-                               "KV memory, or fewer layers"));
+    throw Error(detail::concat(
+        "replay: kv_memory_bytes of ", bytes_text(kv_memory),
+        o.kv_memory_bytes > 0 ? "" : cfg.device == Device::cuda ? " (the GPU default)" : " (the CPU default)", " holds ",
+        cfg.num_pages, cfg.num_pages == 1 ? " page" : " pages", " of ", bytes_text(page_bytes),
+        "; expected room for at least 2 pages: more KV memory, or fewer layers"));
   }
   r.kv_pages = cfg.num_pages;
   r.page_size = cfg.page_size;
