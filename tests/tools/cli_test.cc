@@ -101,7 +101,7 @@ TEST(Cli, ANamedBackendThatCannotRunIsAnError) {
     }
   }
   if (name.empty()) GTEST_SKIP() << "every backend built here can run here";
-  for (const std::string& sub : {"check", "bench", "replay"}) {
+  for (const std::string sub : {"check", "bench", "replay"}) {
     const Outcome r = run_tool(sub + " --backend " + name);
     EXPECT_EQ(r.status, 1) << sub << ": " << r.output;
     EXPECT_NE(r.output.find(sub + ": backend " + name + " cannot run here: " + why), std::string::npos)
@@ -173,7 +173,9 @@ TEST(Cli, TablesKeepReasonsOutOfTheColumns) {
     ASSERT_EQ(r.status, 0) << r.output;
     std::istringstream lines(r.output);
     for (std::string line; std::getline(lines, line);) {
-      if (line.find("  ") != std::string::npos) EXPECT_LT(line.size(), 200u) << args << ": " << line;
+      if (line.find("  ") != std::string::npos) {
+        EXPECT_LT(line.size(), 200u) << args << ": " << line;
+      }
     }
   }
   EXPECT_EQ(run_tool("list").output.find("cpu (chose"), std::string::npos);
