@@ -32,7 +32,18 @@ TEST(Cli, UnknownWordsAreNamedWithTheNearest) {
   EXPECT_NE(r.output.find("unknown subcommand 'lst'; did you mean 'list'?"), std::string::npos) << r.output;
   r = run_tool("--bogus");
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("unknown option '--bogus'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("unknown option '--bogus' (a subcommand comes first: list, check"), std::string::npos)
+      << r.output;
+  r = run_tool("--backend cpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--backend is an option of check, bench, tune, replay: it comes after the subcommand"),
+            std::string::npos)
+      << r.output;
+  r = run_tool("--backend cpu check");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--backend is an option of check: it comes after the subcommand (attnkit check --backend"),
+            std::string::npos)
+      << r.output;
   r = run_tool("check --backnd cpu");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("did you mean --backend?"), std::string::npos) << r.output;

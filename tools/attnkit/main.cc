@@ -1,5 +1,6 @@
 // attnkit: list the backends, check them against the reference, benchmark, tune, replay traces
 // and report. Each subcommand lives in its own file and registers itself through commands.h.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -23,6 +24,15 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// A subcommand's long options, "--backend", ...
+std::vector<std::string> option_names(const CLI::App& sub) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : sub.get_options()) {
+    for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+  }
+  return names;
+}
+
 // CLI11's message in the words of this tool: the unknown word named, the nearest known one offered.
 std::string explain(const CLI::ParseError& e, const CLI::App& app) {
   namespace tool = attnkit::tool;
@@ -33,8 +43,21 @@ std::string explain(const CLI::ParseError& e, const CLI::App& app) {
     if (rest.empty()) return "a subcommand is required: " + join(subs);
     const std::string& word = rest.front();
     if (word.rfind('-', 0) == 0) {
-      return "unknown option '" + word + "'; a subcommand comes first (" + join(subs) +
-             "), its options after it: attnkit SUBCOMMAND --help";
+      const std::string flag = word.substr(0, word.find('='));
+      std::vector<std::string> owners;
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+        const std::vector<std::string> names = option_names(*sub);
+        if (std::find(names.begin(), names.end(), flag) != names.end()) {
+          owners.push_back(sub->get_name());
+        }
+      }
+      if (!owners.empty()) {
+        return flag + " is an option of " + join(owners) + ": it comes after the subcommand (attnkit " +
+               owners.front() + " " + flag + " ...)";
+      }
+      const std::string near = tool::nearest(flag, {"--help", "--version"});
+      return "unknown option '" + flag + "'" + (near.empty() ? "" : "; did you mean " + near + "?") +
+             " (a subcommand comes first: " + join(subs) + ")";
     }
     const std::string near = tool::nearest(word, subs);
     return "unknown subcommand '" + word + "'" + (near.empty() ? "" : "; did you mean '" + near + "'?") +
@@ -43,9 +66,10 @@ std::string explain(const CLI::ParseError& e, const CLI::App& app) {
   const CLI::App& sub = *chosen.front();
   if (dynamic_cast<const CLI::ExtrasError*>(&e) && !rest.empty()) {
     const std::string word = rest.front().substr(0, rest.front().find('='));
-    std::vector<std::string> names;
-    for (const CLI::Option* opt : sub.get_options()) {
-      for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+    const std::vector<std::string> names = option_names(sub);
+    if (std::find(names.begin(), names.end(), word) != names.end()) {  // given before the subcommand
+      return word + " is an option of " + sub.get_name() + ": it comes after the subcommand (attnkit " +
+             sub.get_name() + " " + word + " ...)";
     }
     const std::string near = word.rfind("--", 0) == 0 ? tool::nearest(word, names) : std::string();
     return (word.rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + word + "' of `" +
