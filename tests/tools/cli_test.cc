@@ -207,6 +207,18 @@ TEST(Cli, BenchRunsAndReportsRates) {
   EXPECT_NE(r.output.find("B/s"), std::string::npos) << r.output;
 }
 
+// tune says each bucket as it starts, and leaves out `reference` unless it is named.
+TEST(Cli, TuneSaysEachBucketAndLeavesOutTheReference) {
+  const std::string path = ::testing::TempDir() + "attnkit_tune_cli.json";
+  const Outcome r = run_tool("tune --phases decode --batches 1 --kv-lens 16 --repeats 1 --out " + path);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tune: cpu decode batch 1 kv_len 16 ..."), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("reference"), std::string::npos) << r.output;
+  std::ifstream f(path);
+  EXPECT_EQ(nlohmann::json::parse(f)["entries"].size(), 1u);
+  std::remove(path.c_str());
+}
+
 // A memory-bound cpu result under --ceilings is compared with a probe pass read just before each
 // of its timed calls: one pass a call, and the fraction is the median of the calls' ratios.
 TEST(Cli, CeilingsPairAProbePassWithEachHostCall) {

@@ -23,7 +23,9 @@ CLI::Validator writable_file() {
         if (fs::is_directory(path, ec)) return "'" + path + "' is a folder; expected a file name";
         const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
         if (!fs::exists(parent, ec)) return "the folder '" + parent.string() + "' of '" + path + "' does not exist";
-        if (!fs::is_directory(parent, ec)) return "'" + parent.string() + "' is not a folder, so '" + path + "' cannot be written";
+        if (!fs::is_directory(parent, ec)) {
+          return "'" + parent.string() + "' is not a folder, so '" + path + "' cannot be written";
+        }
         const bool exists = fs::exists(path, ec);
         const std::string probe = exists ? path : parent.string();
         if (::access(probe.c_str(), W_OK) != 0) {
@@ -40,7 +42,9 @@ CLI::Validator trace_path() {
       [](std::string& path) -> std::string {
         std::error_code ec;
         if (path == "builtin") return {};
-        if (std::filesystem::is_directory(path, ec)) return "'" + path + "' is a folder; expected a trace file or builtin";
+        if (std::filesystem::is_directory(path, ec)) {
+          return "'" + path + "' is a folder; expected a trace file or builtin";
+        }
         if (!std::filesystem::exists(path, ec)) return "no file '" + path + "'; expected a trace file or builtin";
         return {};
       },
@@ -76,7 +80,8 @@ CLI::Validator positive_number() {
 CLI::Validator unsigned_integer() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        const bool digits =
+            !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
         if (!digits) return "expected a whole number >= 0, got '" + text + "'";
         return {};
       },

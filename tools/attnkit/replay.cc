@@ -98,7 +98,6 @@ std::vector<std::string> backend_list(const Options& o) {
   if (spec.empty()) spec = (o.prefill_backend.empty() ? "auto" : "");
   std::vector<std::string> names;
   if (spec == "all") return Registry::global().names();
-
   std::stringstream ss(spec);
   std::string name;
   while (std::getline(ss, name, ',')) {
@@ -165,7 +164,8 @@ std::function<int()> add_replay(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
-  CLI::Option* kv_memory = cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
+  CLI::Option* kv_memory =
+      cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
       ->check(positive_number())
       ->default_str("");
   cmd->add_option("--kv-pages", o->kv_pages, "KV cache size in pages, instead of --kv-memory")
@@ -176,7 +176,8 @@ std::function<int()> add_replay(CLI::App& app) {
   cmd->add_option("--token-budget", o->token_budget, "New tokens a step (decodes + prefill chunks)")
       ->check(whole_number(1, int64_t{1} << 20));
   cmd->add_flag("--attention-only", o->attention_only, "Skip the layers' matrix products (always so on the CPU)");
-  CLI::Option* verify = cmd->add_flag("--verify", o->verify, "Compare sampled steps with reference; a mismatch fails the run");
+  CLI::Option* verify =
+      cmd->add_flag("--verify", o->verify, "Compare sampled steps with reference; a mismatch fails the run");
   cmd->add_option("--verify-every", o->verify_every, "Check every N-th step (and the first of each mode)")
       ->needs(verify)
       ->check(whole_number(1, 1 << 30));
@@ -234,8 +235,12 @@ std::function<int()> add_replay(CLI::App& app) {
     print_trace_line(trace, ropt);
     if (!gpu && (o->layers == 0 || o->max_requests < 0)) {
       std::cout << "only CPU backends run, so by default:";
-      if (o->layers == 0) std::cout << " " << kCpuDefaultLayers << " of " << make_preset(o->preset).num_layers() << " layers";
-      if (o->max_requests < 0) std::cout << (o->layers == 0 ? "," : "") << " the first " << kCpuDefaultRequests << " requests";
+      if (o->layers == 0) {
+        std::cout << " " << kCpuDefaultLayers << " of " << make_preset(o->preset).num_layers() << " layers";
+      }
+      if (o->max_requests < 0) {
+        std::cout << (o->layers == 0 ? "," : "") << " the first " << kCpuDefaultRequests << " requests";
+      }
       std::cout << " (--layers, --max-requests for more)\n";
     }
 

@@ -1,6 +1,7 @@
 // `attnkit tune`: time every available backend on shape buckets and write the selection table
 // that `auto` reads (attnkit/tuning.h).
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 
 #include "attnkit/registry.h"
@@ -26,7 +27,9 @@ std::function<int()> add_tune(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--preset", o->preset, "Model preset")->check(CLI::IsMember(preset_names()));
-  cmd->add_option("--backend", o->backends, "Backends to time, comma-separated (default: every available one)")
+  cmd->add_option("--backend", o->backends,
+                  "Backends to time, comma-separated (default: every available one but reference, the fp64 ground "
+                  "truth, which is never the fastest)")
       ->delimiter(',')
       ->check(CLI::IsMember(Registry::global().names()))
       ->default_str("");
@@ -59,8 +62,9 @@ std::function<int()> add_tune(CLI::App& app) {
       std::vector<std::string> names;
       for (const auto& b : Registry::global().all()) {
         const bool available = !b.why_unavailable || b.why_unavailable().empty();
-        const bool chosen = o->backends.empty() ||
-                            std::find(o->backends.begin(), o->backends.end(), b.name) != o->backends.end();
+        const bool chosen = o->backends.empty()
+                                ? b.name != "reference"
+                                : std::find(o->backends.begin(), o->backends.end(), b.name) != o->backends.end();
         if (b.device == device && available && chosen) names.push_back(b.name);
       }
       if (names.empty()) continue;
@@ -69,6 +73,9 @@ std::function<int()> add_tune(CLI::App& app) {
           for (int64_t kv : kv_lens) {
             const harness::Phase ph = phase == "prefill" ? harness::Phase::prefill : harness::Phase::decode;
             const harness::Workload w = harness::make_workload(model, ph, batch, kv);
+            // A line a bucket as it starts (stderr): the table comes when every bucket is timed.
+            std::fprintf(stderr, "tune: %s %s batch %d kv_len %lld ...\n", std::string(device_name(device)).c_str(),
+                         phase.c_str(), batch, static_cast<long long>(kv));
             TuningEntry e;
             e.bucket.device = std::string(device_name(device));
             e.bucket.phase = phase;
@@ -87,7 +94,7 @@ std::function<int()> add_tune(CLI::App& app) {
               if (name != e.backend) others += (others.empty() ? "" : ", ") + name + " " + fixed(ms, 3);
             }
             rows.push_back({e.bucket.device, phase, std::to_string(batch), std::to_string(kv), e.backend,
-                            fixed(e.median_ms[e.backend], 3), others});
+                            fixed(e.median_ms[e.backend], 3), others.empty() ? "-" : others});
             table.add(std::move(e));
           }
         }
