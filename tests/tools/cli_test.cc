@@ -205,6 +205,7 @@ TEST(Cli, BenchRunsAndReportsRates) {
   const Outcome r = run_tool("bench --backend reference --phase decode --batch 2 --kv-len 64 --repeats 3 --warmup 1");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("B/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bench: reference on llama3-8b decode 2 x 64 ...\n"), std::string::npos) << r.output;
 }
 
 // tune says each bucket as it starts, and leaves out `reference` unless it is named.

@@ -1,6 +1,7 @@
 // `attnkit bench`: time backends on one workload and print latency, tokens/s and FLOP/s or bytes/s,
 // optionally as a fraction of this machine's measured ceilings.
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -178,6 +179,8 @@ std::function<int()> add_bench(CLI::App& app) {
       const Device device = Registry::global().get(name).device;
       harness::BenchOptions run_opt = opt;
       if (probe && device == Device::cpu) run_opt.before_each_call = [&probe] { return probe->pass(); };
+      // A line a backend as it starts (stderr): the table comes when every backend is timed.
+      std::fprintf(stderr, "bench: %s on %s ...\n", name.c_str(), w.label.c_str());
       const harness::BenchResult r = harness::run_bench(name, w, run_opt);
       nlohmann::json j = to_json(r);
       if (!r.skipped.empty()) {
