@@ -36,7 +36,8 @@ constexpr const char* kFeatureWords =
     "before it), full (non-causal: every new token sees all), window (sliding window), softcap (logit soft-capping), "
     "sinks (attention sinks), custom-mask (a given mask), cuda-graph (its calls can be captured in a CUDA graph).\n"
     "JSON: dtypes and features are arrays of words; head_dims and mla_dims are arrays of sizes or \"any\"; "
-    "max_head_dim is a number or \"any\" (a limit only where head_dims is \"any\").";
+    "max_head_dim is a number or \"any\" (a limit only where head_dims is \"any\"); auto.table is the tuning "
+    "table's file or null (the written rules).";
 
 std::string join_ints(const std::vector<int>& v, const char* if_empty) {
   if (v.empty()) return if_empty;
@@ -110,7 +111,8 @@ std::function<int()> add_list(CLI::App& app) {
                       join(dtype_names(c.q_dtypes), ","), join(dtype_names(c.kv_dtypes), ","), dims, pages,
                       join(features(c), " ")});
       if (!why.empty()) notes.push_back(b.name + ": not available here: " + why);
-      const int max_dim = c.head_dims.empty() ? c.max_head_dim : *std::max_element(c.head_dims.begin(), c.head_dims.end());
+      const int max_dim =
+          c.head_dims.empty() ? c.max_head_dim : *std::max_element(c.head_dims.begin(), c.head_dims.end());
       out.push_back({{"name", b.name},
                      {"description", b.description},
                      {"device", device_name(b.device)},
@@ -129,7 +131,8 @@ std::function<int()> add_list(CLI::App& app) {
     const ModelSpec model = make_preset(*preset);
     KvCacheConfig cache = KvCacheConfig::for_spec(model.layer(0));
     cache.device = cuda_available() ? Device::cuda : Device::cpu;
-    nlohmann::json auto_json = {{"preset", *preset}, {"table", tuning_table_source()}};
+    const std::string table = tuning_table_source();  // empty: the written rules
+    nlohmann::json auto_json = {{"preset", *preset}, {"table", table.empty() ? nlohmann::json() : nlohmann::json(table)}};
     std::vector<std::string> auto_lines;
     for (const auto& [label, batch] : {std::pair{"decode 8 x 4096", shape_only_batch(ForwardMode::decode, 8, 4096)},
                                       std::pair{"prefill 1 x 512", shape_only_batch(ForwardMode::extend, 1, 512)}}) {
@@ -151,7 +154,6 @@ std::function<int()> add_list(CLI::App& app) {
     print_table(rows);
     if (!notes.empty()) std::cout << '\n';
     for (const std::string& n : notes) std::cout << n << '\n';
-    const std::string table = tuning_table_source();
     std::cout << "\nauto for " << *preset << " on " << device_name(cache.device) << " ("
               << (table.empty() ? "written rules; no tuning table (ATTNKIT_TUNE_TABLE)" : "tuning table " + table) << "):\n";
     for (const auto& line : auto_lines) std::cout << "  " << line << '\n';
