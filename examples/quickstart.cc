@@ -1,5 +1,6 @@
-// The README's quick example, compiled and run by the test suite: one model, one paged cache, `auto`,
-// one plan for a batch, every layer's forward. Runs on the GPU when there is one, else on the CPU.
+// The README's two library examples (readme_cpu.cc, readme_gpu.cc) as one program, compiled and run
+// by the test suite: one model, one paged cache, `auto`, one plan for a batch, every layer's forward,
+// on the GPU when there is one, else on the CPU.
 #include <attnkit/attnkit.h>
 
 #include <cstdio>

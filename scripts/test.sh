@@ -1,7 +1,26 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole test suite (GPU tests skip themselves without a GPU).
+# Sets up, builds and runs the whole test suite (GPU tests skip themselves without a GPU), and ends
+# on one line: passed, failed, skipped and why (scripts/test-summary.py). The exit status is
+# non-zero exactly when a test failed (or the build did).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-ctest --test-dir build --output-on-failure -j "$(nproc)"
+results="$PWD/build/Testing/results.xml"
+rm -f "$results"
+# CTest's own closing lists (every skipped test by name, "100% tests passed" beside them) give way
+# to the summary below.
+set +e
+ctest --test-dir build --output-on-failure -j "$(nproc)" --output-junit "$results" |
+  awk '/^The following tests did not run:/ {skip = 1; next}
+       skip && /^\t/ {next}
+       {skip = 0}
+       /^[0-9]+% tests passed/ {next}
+       {print; fflush()}'
+status=${PIPESTATUS[0]}
+set -e
+if [[ -f "$results" ]]; then
+  echo
+  python3 scripts/test-summary.py "$results"
+fi
+exit "$status"

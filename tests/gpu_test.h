@@ -1,6 +1,7 @@
 // How a test that needs a CUDA device skips itself where there is none: ATTNKIT_SKIP_WITHOUT_GPU()
-// at the top of its body, which skips with the reason cuda_available() gives ("no CUDA device",
-// "built without CUDA", ...). A test of a registered backend calls it when the backend runs on cuda.
+// at the top of its body, which skips with the reason cuda_available() gives ("no NVIDIA driver is
+// installed ...", "built without CUDA", ...). A test of a registered backend calls it when the
+// backend runs on cuda.
 #pragma once
 
 #include <gtest/gtest.h>

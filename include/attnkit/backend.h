@@ -69,6 +69,11 @@ struct BackendOptions {
   // start of that join's loads). Null: off, and the kernel skips the stores.
   unsigned long long* decode_timeline = nullptr;
 };
+// The size of the `cpu` backend's process-wide thread pool, the calling thread included; 0 (the
+// default) is ATTNKIT_CPU_THREADS where set, else one thread a core. The pool is made on the first
+// cpu forward call, so this is for the start of a program: once the pool runs with another size it
+// throws attnkit::Error.
+void set_cpu_threads(int num_threads);
 inline constexpr int kDecodeTimelineSlots = 8;
 inline constexpr int kDecodeTimelineCtas = 4096;  // rows to allocate: more than any decode grid
 

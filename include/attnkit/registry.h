@@ -16,7 +16,7 @@ struct BackendInfo {
   std::string description;  // the idea the backend carries, one line
   Device device = Device::cpu;
   std::function<Capabilities()> capabilities;
-  // Empty when the backend can run on this machine; else why not ("no CUDA device").
+  // Empty when the backend can run on this machine; else why not ("no NVIDIA GPU found ...").
   std::function<std::string()> why_unavailable;
   std::function<std::unique_ptr<AttentionBackend>(const BackendContext&)> create;
 };

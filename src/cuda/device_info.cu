@@ -4,15 +4,29 @@
 
 namespace attnkit::cuda {
 
+namespace {
+std::string cuda_version(int v) { return detail::concat(v / 1000, ".", v % 1000 / 10); }
+}  // namespace
+
+// The reason in the words of the machine: no driver, a driver but no GPU, or a driver older than
+// the runtime attnkit was built with (cudaErrorInsufficientDriver covers both the first and the last).
 std::string why_unavailable() {
   int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return detail::concat("no usable CUDA device (", cudaGetErrorString(err), ")");
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err == cudaSuccess && count > 0) return {};
+  cudaGetLastError();
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  if (driver == 0) return "no NVIDIA driver is installed (no GPU can be used on this machine)";
+  if (err == cudaSuccess || err == cudaErrorNoDevice) {
+    return detail::concat("no NVIDIA GPU found (driver for CUDA ", cuda_version(driver), " installed)");
   }
-  if (count == 0) return "no CUDA device";
-  return {};
+  if (err == cudaErrorInsufficientDriver) {
+    return detail::concat("the NVIDIA driver supports CUDA up to ", cuda_version(driver), ", older than the CUDA ",
+                          cuda_version(runtime), " that attnkit was built with: update the driver");
+  }
+  return detail::concat("no usable NVIDIA GPU (", cudaGetErrorString(err), ")");
 }
 
 DeviceInfo device_info() {

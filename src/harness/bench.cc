@@ -118,7 +118,9 @@ Workload make_workload(const ModelSpec& model, Phase phase, const std::string& r
     char plus = 0, x = 0;
     std::stringstream is(item);
     const bool ok = (is >> prefix >> plus >> n) && plus == '+' && (is.eof() || ((is >> x >> count) && x == 'x' && is.eof()));
-    ATTNKIT_CHECK(ok && prefix >= 0 && n >= 0 && count >= 1 && prefix + n >= 1, "requests: each item must be PREFIX+NEW or PREFIX+NEWxCOUNT with NEW >= 0, COUNT >= 1, got '", item, "'");
+    ATTNKIT_CHECK(ok && prefix >= 0 && n >= 0 && count >= 1 && prefix + n >= 1,
+                  "requests: each item must be PREFIX+NEW or PREFIX+NEWxCOUNT with PREFIX >= 0, NEW >= 0, "
+                  "PREFIX+NEW >= 1 and COUNT >= 1, got '", item, "'");
     for (long long c = 0; c < count; ++c) w.requests.emplace_back(prefix, n);
   }
   ATTNKIT_CHECK(!w.requests.empty(), "requests: at least one PREFIX+NEW item is needed, got '", requests, "'");

@@ -3,6 +3,7 @@
 #include "serving/replay.h"
 
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "attnkit/registry.h"
@@ -14,6 +15,19 @@ namespace attnkit::serving {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// 1.5 * 2^30 -> "1.5 GiB", 4096 -> "4 KiB": memory in the unit that suits it, in plain digits.
+std::string bytes_text(double bytes) {
+  static const char* const kUnit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (bytes >= 1024.0 && i < 4) {
+    bytes /= 1024.0;
+    ++i;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g %s", bytes, kUnit[i]);
+  return text;
+}
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
@@ -76,9 +90,16 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   const double page_bytes =
       static_cast<double>(cfg.k_slot_bytes() + cfg.v_slot_bytes()) * cfg.page_size * cfg.num_layers;
   const double kv_memory = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : default_kv_memory_bytes(cfg.device);
+  ATTNKIT_CHECK(o.kv_pages == 0 || o.kv_pages >= 2, "replay: kv_pages must be >= 2 (or 0: from the KV memory), got ",
+                o.kv_pages);
   cfg.num_pages = static_cast<int>(o.kv_pages > 0 ? o.kv_pages : static_cast<int64_t>(kv_memory / page_bytes));
-  ATTNKIT_CHECK(cfg.num_pages >= 2, "replay: the KV memory (", kv_memory, " bytes) holds ", cfg.num_pages,
-                " pages of ", page_bytes, " bytes: give more memory or fewer layers");
+  if (o.kv_pages == 0 && cfg.num_pages < 2) {
+    throw Error(detail::concat(
+        "replay: kv_memory_bytes of ", bytes_text(kv_memory),
+        o.kv_memory_bytes > 0 ? "" : cfg.device == Device::cuda ? " (the GPU default)" : " (the CPU default)", " holds ",
+        cfg.num_pages, cfg.num_pages == 1 ? " page" : " pages", " of ", bytes_text(page_bytes),
+        "; expected room for at least 2 pages: more KV memory, or fewer layers"));
+  }
   r.kv_pages = cfg.num_pages;
   r.page_size = cfg.page_size;
   r.page_bytes = page_bytes;

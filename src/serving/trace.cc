@@ -17,8 +17,11 @@ namespace attnkit::serving {
 namespace {
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  ATTNKIT_CHECK(!std::filesystem::is_directory(path, ec), "trace: path '", path,
+                "' is a folder; expected a trace file (CSV or JSONL) or builtin");
   std::ifstream f(path, std::ios::binary);
-  ATTNKIT_CHECK(f.good(), "trace: cannot open '", path, "'");
+  ATTNKIT_CHECK(f.good(), "trace: cannot open '", path, "'; expected a readable trace file (CSV or JSONL) or builtin");
   std::ostringstream os;
   os << f.rdbuf();
   return os.str();
@@ -81,6 +84,7 @@ Trace load_trace(const std::string& path_in, const TraceOptions& o) {
   const std::string path = builtin ? builtin_trace_path() : path_in;
   const std::string text = read_file(path);
   const std::string header = text.substr(0, text.find('\n'));
+  ATTNKIT_CHECK(!text.empty(), "trace: file '", path, "' is empty; expected a trace file (CSV or JSONL)");
 
   Trace t;
   t.name = builtin ? "builtin (" + std::filesystem::path(path).filename().string() + ")"

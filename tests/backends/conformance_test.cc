@@ -5,6 +5,7 @@
 #include "attnkit/registry.h"
 #include "gpu_test.h"
 #include "harness/check.h"
+#include "param_name.h"
 
 namespace attnkit {
 namespace {
@@ -42,11 +43,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(backends_under_test()),
                        ::testing::Range(0, static_cast<int>(harness::standard_cases().size()))),
     [](const auto& info) {
-      std::string name = std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
-      for (char& ch : name) {
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-      }
-      return name;
+      const int i = std::get<1>(info.param);
+      return attnkit::testing::param_name(std::get<0>(info.param) + " " + std::to_string(i) + " " +
+                                          harness::standard_cases()[static_cast<size_t>(i)].label);
     });
 
 // Why `info`'s backend takes none of `model`'s layers (MLA where it has none), or empty.
@@ -86,11 +85,7 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, RandomConformance,
                          ::testing::Combine(::testing::ValuesIn(backends_under_test()),
                                             ::testing::Values("llama3-8b", "gemma2-9b", "gpt-oss-20b", "deepseek-v3")),
                          [](const auto& info) {
-                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name;
+                           return attnkit::testing::param_name(std::get<0>(info.param) + " " + std::get<1>(info.param));
                          });
 
 class Refusal : public ::testing::TestWithParam<std::string> {};
@@ -132,13 +127,8 @@ TEST_P(Refusal, UnsupportedShapeIsRefusedClearly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, Refusal, ::testing::ValuesIn(backends_under_test()), [](const auto& info) {
-  std::string name = info.param;
-  for (char& ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(AllBackends, Refusal, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& info) { return attnkit::testing::param_name(info.param); });
 
 }  // namespace
 }  // namespace attnkit

@@ -21,8 +21,16 @@ TEST(ReplayCli, UsageErrorsNameTheFlag) {
   r = run_tool("replay --prefill-backend reference");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--prefill-backend requires --decode-backend"), std::string::npos) << r.output;
-  EXPECT_EQ(run_tool("replay --speed 0").status, 2);
-  EXPECT_EQ(run_tool("replay --trace /nonexistent.csv --backend reference").status, 1);
+  r = run_tool("replay --speed 0");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "attnkit: --speed: must be > 0, got 0 (see --help)\n");
+  r = run_tool("replay --trace /nonexistent.csv --backend reference");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--trace: no file '/nonexistent.csv'; expected a trace file or builtin"), std::string::npos)
+      << r.output;
+  r = run_tool("replay --trace " + ::testing::TempDir());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("is a folder; expected a trace file or builtin"), std::string::npos) << r.output;
   EXPECT_EQ(run_tool("report").status, 2);  // at least one result file
   EXPECT_EQ(run_tool("replay --help").status, 0);
   EXPECT_EQ(run_tool("report --help").status, 0);
@@ -44,9 +52,27 @@ TEST(ReplayCli, ReplayThenReport) {
   EXPECT_EQ(doc["runs"][0]["summary"]["requests"], 6);
   const Outcome rep = run_tool("report " + json + " -o " + html);
   ASSERT_EQ(rep.status, 0) << rep.output;
+  EXPECT_NE(rep.output.find(" KiB, 1 result file)"), std::string::npos) << rep.output;
   std::ifstream page(html);
   const std::string text((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("<!DOCTYPE html>"), std::string::npos);
+}
+
+// Into a pipe, each line comes out when it is printed (the header before the first progress line,
+// not all at exit), and progress comes as plain lines, not a bar. With only CPU backends, the
+// default is one layer of the preset.
+TEST(ReplayCli, LinesComeAsTheyArePrintedAndProgressAsLines) {
+  const Outcome r = run_tool("replay --backend cpu --max-requests 3 --max-context 64 --speed 100");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t header = r.output.find("trace builtin");
+  const size_t progress = r.output.find("cpu: 0/3 requests finished");
+  ASSERT_NE(header, std::string::npos) << r.output;
+  ASSERT_NE(progress, std::string::npos) << r.output;
+  EXPECT_LT(header, progress) << r.output;
+  EXPECT_NE(r.output.find("cpu: 3/3 requests finished"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[#"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model llama3-8b x 1 layer,"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("only CPU backends run, so by default: 1 of 32 layers"), std::string::npos) << r.output;
 }
 
 }  // namespace

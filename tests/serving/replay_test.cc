@@ -98,6 +98,26 @@ TEST(Replay, UnknownOrUnsupportedBackendIsASkipOrAnError) {
   EXPECT_THROW(run_replay(t, tiny_options("no-such-backend")), Error);
 }
 
+// Too small a KV cache names the number the user gave (pages, or memory in GiB and MiB).
+TEST(Replay, TooSmallACacheNamesWhatWasGiven) {
+  const Trace t = tiny_trace(4, 1);
+  auto message = [&](ReplayOptions o) {
+    try {
+      run_replay(t, o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ReplayOptions o = tiny_options("reference");
+  o.kv_pages = 1;
+  EXPECT_EQ(message(o), "replay: kv_pages must be >= 2 (or 0: from the KV memory), got 1");
+  o.kv_pages = 0;
+  o.kv_memory_bytes = 1024;
+  EXPECT_EQ(message(o), "replay: kv_memory_bytes of 1 KiB holds 1 page of 1 KiB; expected room for at least 2 pages: "
+                        "more KV memory, or fewer layers");
+}
+
 // `reference` with one output element nudged: what a subtly wrong kernel looks like.
 class NudgedBackend final : public AttentionBackend {
  public:

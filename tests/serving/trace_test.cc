@@ -115,5 +115,21 @@ TEST(Trace, ErrorsNameTheFileLineAndField) {
   EXPECT_THROW(load_trace("/nonexistent/trace.csv"), Error);
 }
 
+// A folder or an empty file is said as such, not as a format with an empty header.
+TEST(Trace, AFolderOrAnEmptyFileIsSaidAsSuch) {
+  auto message = [](const std::string& path) {
+    try {
+      load_trace(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string folder = ::testing::TempDir();
+  EXPECT_EQ(message(folder), "trace: path '" + folder + "' is a folder; expected a trace file (CSV or JSONL) or builtin");
+  const std::string empty = write_temp("empty.csv", "");
+  EXPECT_EQ(message(empty), "trace: file '" + empty + "' is empty; expected a trace file (CSV or JSONL)");
+}
+
 }  // namespace
 }  // namespace attnkit::serving

@@ -4,9 +4,13 @@
 
 #include "tool_runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,7 +22,106 @@ using Outcome = attnkit::testing::ToolRun;
 TEST(Cli, BadFlagIsOneLineAndExitTwo) {
   const Outcome r = run_tool("check --bogus");
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.output, "attnkit: The following argument was not expected: --bogus (see --help)\n");
+  EXPECT_EQ(r.output, "attnkit: unknown option '--bogus' of `check` (see --help)\n");
+}
+
+// A mistyped subcommand or option is named, with the nearest known word.
+TEST(Cli, UnknownWordsAreNamedWithTheNearest) {
+  Outcome r = run_tool("lst");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("unknown subcommand 'lst'; did you mean 'list'?"), std::string::npos) << r.output;
+  r = run_tool("--bogus");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("unknown option '--bogus' (a subcommand comes first: list, check"), std::string::npos)
+      << r.output;
+  r = run_tool("--backend cpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--backend is an option of check, bench, tune, replay: it comes after the subcommand"),
+            std::string::npos)
+      << r.output;
+  r = run_tool("--backend cpu check");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--backend is an option of check: it comes after the subcommand (attnkit check --backend"),
+            std::string::npos)
+      << r.output;
+  r = run_tool("check --backnd cpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("did you mean --backend?"), std::string::npos) << r.output;
+  r = run_tool("");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("a subcommand is required: list, check, bench, tune, replay, report"), std::string::npos)
+      << r.output;
+}
+
+// Every bad value exits 2 with one line naming the flag, the value and what was expected.
+TEST(Cli, BadValuesExitTwoInEverySubcommand) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"tune --phases foo", "--phases: foo not in {prefill,decode}"},
+      {"tune --batches 0", "--batches: expected a whole number from 1 to 65536, got '0'"},
+      {"tune --batches abc", "--batches: expected a whole number from 1 to 65536, got 'abc'"},
+      {"tune --kv-lens -1", "--kv-lens: expected a whole number from 1 to 16777216, got '-1'"},
+      {"check --seed -1", "--seed: expected a whole number >= 0, got '-1'"},
+      {"replay --seed -1", "--seed: expected a whole number >= 0, got '-1'"},
+      {"replay --speed 0", "--speed: must be > 0, got 0"},
+      {"bench --max-seconds -1", "--max-seconds: must be > 0, got -1"},
+      {"replay --kv-memory 0", "--kv-memory: must be > 0, got 0"},
+      {"replay --kv-pages 1", "--kv-pages: expected a whole number from 2 to 2147483648, got '1'"},
+      {"check --seed 1 --seed 2", "--seed was given 2 times; give it once"},
+      {"bench --threads 0", "--threads: expected a whole number from 1 to 1024, got '0'"},
+      {"bench --cpu-bf16-dot maybe", "--cpu-bf16-dot: maybe not in {true,false}"},
+      {"bench --batch", "--batch needs a value (INT)"},
+      {"bench --batch 2 --requests 3+1", "--batch and --requests cannot be given together"},
+      {"replay --kv-pages 100 --kv-memory 1", "--kv-memory and --kv-pages cannot be given together"},
+      {"replay --verify-max 3", "--verify-max requires --verify"},
+      {"replay --max-context 1", "--max-context: expected 0 or a whole number from 2 to 1073741824, got '1'"},
+      {"bench --requests 0+0", "--requests: each item must be PREFIX+NEW or PREFIX+NEWxCOUNT with PREFIX >= 0, "
+                               "NEW >= 0, PREFIX+NEW >= 1 and COUNT >= 1, got '0+0'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome r = run_tool(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_EQ(r.output, "attnkit: " + message + " (see --help)\n") << args;
+  }
+}
+
+// A file that cannot be written is said before any work starts (exit 2), not after it.
+TEST(Cli, OutputPathsAreCheckedBeforeTheWork) {
+  const std::string bad = "/nonexistent/dir/x";
+  for (const std::string& args :
+       {"replay --json " + bad + ".json", "replay --report " + bad + ".html", "tune --out " + bad + ".json",
+        "bench --json " + bad + ".json", "bench --decode-timeline " + bad + ".csv"}) {
+    const Outcome r = run_tool(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("the folder '/nonexistent/dir' of '" + bad), std::string::npos) << args << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+  }
+  const Outcome folder = run_tool("bench --json " + ::testing::TempDir());
+  EXPECT_EQ(folder.status, 2);
+  EXPECT_NE(folder.output.find("is a folder; expected a file name"), std::string::npos) << folder.output;
+}
+
+// A backend named on its own that cannot run here is an error with the reason; `all` skips it.
+TEST(Cli, ANamedBackendThatCannotRunIsAnError) {
+  const nlohmann::json list = nlohmann::json::parse(run_tool("list --json").output);
+  std::string name, why;
+  for (const auto& b : list["backends"]) {
+    if (!b["available"].get<bool>()) {
+      name = b["name"];
+      why = b["why_unavailable"];
+      break;
+    }
+  }
+  if (name.empty()) GTEST_SKIP() << "every backend built here can run here";
+  for (const std::string sub : {"check", "bench", "replay"}) {
+    const Outcome r = run_tool(sub + " --backend " + name);
+    EXPECT_EQ(r.status, 1) << sub << ": " << r.output;
+    EXPECT_NE(r.output.find(sub + ": backend " + name + " cannot run here: " + why), std::string::npos)
+        << sub << ": " << r.output;
+  }
+  const Outcome tune = run_tool("tune --backend " + name);
+  EXPECT_EQ(tune.status, 1) << tune.output;
+  // No driver, no GPU or an old driver, said as such (not the runtime's "insufficient driver").
+  EXPECT_EQ(why.find("insufficient"), std::string::npos) << why;
 }
 
 TEST(Cli, BadValueNamesTheFlag) {
@@ -39,30 +142,84 @@ TEST(Cli, BenchTakesAnExplicitBatch) {
   EXPECT_NE(bad.output.find("each item must be PREFIX+NEW or PREFIX+NEWxCOUNT"), std::string::npos) << bad.output;
 }
 
-TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"list", "check", "bench"}) {
+TEST(Cli, HelpOnEverySubcommandShowsTheDefaults) {
+  for (const char* sub : {"list", "check", "bench", "tune", "replay", "report"}) {
     const Outcome r = run_tool(std::string(sub) + " --help");
     EXPECT_EQ(r.status, 0) << sub;
-    EXPECT_NE(r.output.find("--"), std::string::npos) << sub;
+    EXPECT_NE(r.output.find("Usage: attnkit " + std::string(sub)), std::string::npos) << r.output;
   }
+  const std::vector<std::pair<std::string, std::string>> defaults = {
+      {"check", "--cases INT:1..100000=8"}, {"check", "--seed UINT=1"},          {"bench", "--repeats INT:1..100000=20"},
+      {"bench", "--page-size INT:1..256=16"}, {"replay", "--speed FLOAT:> 0=1"}, {"tune", "--batches INT:1..65536=[1,8]"},
+      {"check", "--threads"},                 {"bench", "--threads"},            {"replay", "--threads"},
+      {"tune", "--threads"}};
+  for (const auto& [sub, text] : defaults) {
+    EXPECT_NE(run_tool(sub + " --help").output.find(text), std::string::npos) << sub << ": " << text;
+  }
+  EXPECT_NE(run_tool("list --help").output.find("Features: extend ("), std::string::npos);
 }
 
+// Arrays throughout, and "any" said as such.
 TEST(Cli, ListAsJson) {
   const Outcome r = run_tool("list --json");
-  EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.output.find("\"name\": \"reference\""), std::string::npos) << r.output;
+  ASSERT_EQ(r.status, 0);
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_FALSE(j["backends"].empty());
+  for (const auto& b : j["backends"]) {
+    EXPECT_TRUE(b["q_dtypes"].is_array() && b["kv_dtypes"].is_array() && b["features"].is_array()) << b;
+    for (const char* key : {"head_dims", "mla_dims"}) EXPECT_TRUE(b[key].is_array() || b[key] == "any") << b;
+    EXPECT_TRUE(b["max_head_dim"].is_number() || b["max_head_dim"] == "any") << b;
+  }
+  EXPECT_EQ(j["backends"][0]["name"], "reference");
+  EXPECT_EQ(j["backends"][0]["head_dims"], "any");
+  const nlohmann::json& decode = j["auto"]["decode 8 x 4096"];
+  EXPECT_TRUE(decode["backend"].is_string()) << decode;
+  EXPECT_NE(decode["reason"].get<std::string>().find("chose " + decode["backend"].get<std::string>()), std::string::npos)
+      << decode;
+  EXPECT_TRUE(j["auto"]["table"].is_null()) << j["auto"];
+}
+
+// Why a backend cannot run or was skipped goes under the table, so no column is as wide as a reason.
+TEST(Cli, TablesKeepReasonsOutOfTheColumns) {
+  for (const char* args : {"list", "bench --backend all --batch 1 --kv-len 16 --repeats 1 --warmup 0"}) {
+    const Outcome r = run_tool(args);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("  ") != std::string::npos) {
+        EXPECT_LT(line.size(), 200u) << args << ": " << line;
+      }
+    }
+  }
+  EXPECT_EQ(run_tool("list").output.find("cpu (chose"), std::string::npos);
 }
 
 TEST(Cli, CheckPassesAndSaysSo) {
   const Outcome r = run_tool("check --backend reference --cases 2 --preset qwen3-0.6b");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("2 passed, 0 failed"), std::string::npos) << r.output;
+  const Outcome one_thread = run_tool("check --backend cpu --cases 2 --preset qwen3-0.6b --threads 1");
+  EXPECT_EQ(one_thread.status, 0) << one_thread.output;
+  EXPECT_NE(one_thread.output.find("2 passed, 0 failed"), std::string::npos) << one_thread.output;
 }
 
 TEST(Cli, BenchRunsAndReportsRates) {
   const Outcome r = run_tool("bench --backend reference --phase decode --batch 2 --kv-len 64 --repeats 3 --warmup 1");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("B/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bench: reference on llama3-8b decode 2 x 64 ...\n"), std::string::npos) << r.output;
+}
+
+// tune says each bucket as it starts, and leaves out `reference` unless it is named.
+TEST(Cli, TuneSaysEachBucketAndLeavesOutTheReference) {
+  const std::string path = ::testing::TempDir() + "attnkit_tune_cli.json";
+  const Outcome r = run_tool("tune --phases decode --batches 1 --kv-lens 16 --repeats 1 --out " + path);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tune: cpu decode batch 1 kv_len 16 ..."), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("reference"), std::string::npos) << r.output;
+  std::ifstream f(path);
+  EXPECT_EQ(nlohmann::json::parse(f)["entries"].size(), 1u);
+  std::remove(path.c_str());
 }
 
 // A memory-bound cpu result under --ceilings is compared with a probe pass read just before each

@@ -1,6 +1,7 @@
 // `attnkit bench`: time backends on one workload and print latency, tokens/s and FLOP/s or bytes/s,
 // optionally as a fraction of this machine's measured ceilings.
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "format.h"
 #include "harness/bench.h"
 #include "harness/ceilings.h"
+#include "options.h"
 
 namespace attnkit::tool {
 
@@ -77,41 +79,53 @@ std::function<int()> add_bench(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "Backend name, or all")->check(CLI::IsMember(backends));
   cmd->add_option("--preset", o->preset, "Model preset (its first layer is timed)")->check(CLI::IsMember(preset_names()));
   cmd->add_option("--phase", o->phase, "prefill, decode or mixed")->check(CLI::IsMember({"prefill", "decode", "mixed"}));
-  cmd->add_option("--batch", o->batch, "Requests in the batch (default: decode 8, prefill 1, mixed 8)")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--kv-len", o->kv_len, "Tokens per request after this step (default: decode 4096, prefill 512)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  CLI::Option* batch = cmd->add_option("--batch", o->batch, "Requests in the batch (default: decode 8, prefill 1, mixed 8)")
+      ->check(whole_number(1, 1 << 20))
+      ->default_str("");
+  CLI::Option* kv_len = cmd->add_option("--kv-len", o->kv_len,
+                  "Tokens per request after this step (default: decode 4096, prefill 512, mixed 4096)")
+      ->check(whole_number(1, int64_t{1} << 24))
+      ->default_str("");
   cmd->add_option("--requests", o->requests,
-                  "The batch as PREFIX+NEW[xCOUNT],... (e.g. 127+1x32,8191+1x32); overrides --batch/--kv-len")
+                  "The batch as PREFIX+NEW[xCOUNT],... (e.g. 127+1x32,8191+1x32), instead of --batch and --kv-len")
+      ->excludes(batch)
+      ->excludes(kv_len)
       ->check(CLI::Validator(
           [](std::string& text) {
             try {
               harness::make_workload(make_preset("llama3-8b"), harness::Phase::decode, text);
             } catch (const Error& e) {
-              return std::string(e.what());
+              // CLI11 names the flag itself: the library's own "requests: " prefix goes.
+              std::string why = e.what();
+              const std::string prefix = "requests: ";
+              return why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
             }
             return std::string();
           },
           "PREFIX+NEW[xCOUNT],..."));
   cmd->add_flag("--non-causal", o->non_causal, "Every query sees the whole history and all new tokens");
-  cmd->add_option("--page-size", o->page_size, "KV page size")->check(CLI::Range(1, 256));
+  cmd->add_option("--page-size", o->page_size, "KV page size")->check(whole_number(1, 256));
   cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
-  cmd->add_option("--warmup", o->warmup, "Untimed calls first")->check(CLI::Range(0, 1000));
-  cmd->add_option("--repeats", o->repeats, "Timed calls (the median is reported)")->check(CLI::Range(1, 100000));
-  cmd->add_option("--max-seconds", o->max_seconds, "Stop repeating a slow backend after this long")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
+  cmd->add_option("--warmup", o->warmup, "Untimed calls first")->check(whole_number(0, 1000));
+  cmd->add_option("--repeats", o->repeats, "Timed calls (the median is reported)")->check(whole_number(1, 100000));
+  cmd->add_option("--max-seconds", o->max_seconds, "Seconds after which a slow backend stops repeating")
+      ->check(positive_number());
+  cmd->add_option("--json", o->json, "Also write the results as JSON to this file")->check(writable_file());
   cmd->add_option("--decode-join", o->decode_join,
                   "planned: how wide split decodes are joined: all-wait (by all their CTAs, cooperative launch), "
                   "two-level (by the last CTA, plain launch), all-wait-plain (planned all-wait, launched plainly)")
       ->check(CLI::IsMember({"all-wait", "two-level", "all-wait-plain"}));
   cmd->add_option("--cpu-bf16-dot", o->cpu_bf16_dot,
-                  "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)");
+                  "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)")
+      ->check(CLI::IsMember({"true", "false"}))
+      ->default_str("true");
   cmd->add_option("--decode-timeline", o->decode_timeline,
-                  "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)");
+                  "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
+      ->check(writable_file());
   cmd->add_flag("--ceilings", o->ceilings, "Measure this machine's read bandwidth and matrix/FMA rate, and report fractions");
+  add_threads_option(*cmd);
   return [o] {
     const harness::Phase phase = parse_phase(o->phase);
     const int batch = o->batch ? o->batch : (phase == harness::Phase::prefill ? 1 : 8);
@@ -138,8 +152,12 @@ std::function<int()> add_bench(CLI::App& app) {
     opt.decode_timeline = o->decode_timeline;
 
     std::vector<std::string> names;
-    if (o->backend == "all") names = Registry::global().names();
-    else names.push_back(o->backend);
+    if (o->backend == "all") {
+      names = Registry::global().names();
+    } else {
+      require_available("bench", o->backend);
+      names.push_back(o->backend);
+    }
     const Ceilings ceilings = o->ceilings ? measure_ceilings() : Ceilings{};
     if (o->ceilings) print_ceilings(ceilings);
 
@@ -156,14 +174,18 @@ std::function<int()> add_bench(CLI::App& app) {
                                                    memory_bound ? "bytes/s" : "FLOP/s", "of ceiling",
                                                    "read beside", "plan us", "workspace", "host +", "peak RSS"}};
     nlohmann::json results = nlohmann::json::array();
+    std::vector<std::string> notes;  // why a backend was skipped, under the table
     for (const std::string& name : names) {
       const Device device = Registry::global().get(name).device;
       harness::BenchOptions run_opt = opt;
       if (probe && device == Device::cpu) run_opt.before_each_call = [&probe] { return probe->pass(); };
+      // A line a backend as it starts (stderr): the table comes when every backend is timed.
+      std::fprintf(stderr, "bench: %s on %s ...\n", name.c_str(), w.label.c_str());
       const harness::BenchResult r = harness::run_bench(name, w, run_opt);
       nlohmann::json j = to_json(r);
       if (!r.skipped.empty()) {
-        rows.push_back({name, w.label, "skip: " + r.skipped});
+        rows.push_back({name, w.label, "skipped"});
+        notes.push_back(name + ": skipped: " + r.skipped);
         results.push_back(j);
         continue;
       }
@@ -179,13 +201,15 @@ std::function<int()> add_bench(CLI::App& app) {
         j["call_ms"] = r.call_ms;
         j["read_before_call_bytes_per_s"] = r.paired;
       }
-      const std::string beside = paired > 0 ? si(median(r.paired)) + "B/s" : "-";
+      const std::string beside = paired > 0 ? si(median(r.paired), "B/s") : "-";
       rows.push_back({name, w.label, fixed(r.median_ms, 3), std::to_string(r.repeats), si(r.tokens_per_s),
-                      si(rate) + (memory_bound ? "B/s" : "FLOP/s"), frac, beside, fixed(r.plan_us, 1),
-                      si(r.workspace_bytes) + "B", si(r.backend_host_bytes) + "B", si(r.peak_rss_bytes) + "B"});
+                      si(rate, memory_bound ? "B/s" : "FLOP/s"), frac, beside, fixed(r.plan_us, 1),
+                      si(r.workspace_bytes, "B"), si(r.backend_host_bytes, "B"), si(r.peak_rss_bytes, "B")});
       results.push_back(j);
     }
     print_table(rows);
+    if (!notes.empty()) std::cout << '\n';
+    for (const std::string& n : notes) std::cout << n << '\n';
     if (!o->json.empty()) {
       std::ofstream f(o->json);
       if (!f) throw Error("bench: --json file '" + o->json + "' cannot be written");

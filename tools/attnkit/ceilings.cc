@@ -23,11 +23,11 @@ Ceilings measure_ceilings() {
 }
 
 void print_ceilings(const Ceilings& c) {
-  std::cout << "ceilings: cpu read " << si(c.cpu_read_bytes_per_s) << "B/s, cpu fp32 FMA "
-            << si(c.cpu_fma_flop_per_s) << "FLOP/s";
+  std::cout << "ceilings: cpu read " << si(c.cpu_read_bytes_per_s, "B/s") << ", cpu fp32 FMA "
+            << si(c.cpu_fma_flop_per_s, "FLOP/s");
   if (c.gpu_read_bytes_per_s > 0) {
-    std::cout << ", gpu read " << si(c.gpu_read_bytes_per_s) << "B/s, gpu bf16 matrix "
-              << si(c.gpu_matrix_flop_per_s) << "FLOP/s";
+    std::cout << ", gpu read " << si(c.gpu_read_bytes_per_s, "B/s") << ", gpu bf16 matrix "
+              << si(c.gpu_matrix_flop_per_s, "FLOP/s");
   }
   std::cout << '\n';
 }

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "format.h"
 #include "harness/check.h"
+#include "options.h"
 
 namespace attnkit::tool {
 
@@ -30,9 +31,10 @@ std::function<int()> add_check(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "Backend name, or all")->check(CLI::IsMember(backend_choices()));
   cmd->add_option("--preset", o->preset, "Model preset whose heads the random cases use")
       ->check(CLI::IsMember(preset_names()));
-  cmd->add_option("--cases", o->cases, "Random cases per backend")->check(CLI::Range(1, 100000));
-  cmd->add_option("--seed", o->seed, "Seed of the random cases");
+  cmd->add_option("--cases", o->cases, "Random cases per backend")->check(whole_number(1, 100000));
+  cmd->add_option("--seed", o->seed, "Seed of the random cases")->check(unsigned_integer());
   cmd->add_flag("--standard", o->standard, "Also run the fixed conformance table");
+  add_threads_option(*cmd);
   return [o] {
     const Registry& registry = Registry::global();
     std::vector<std::string> backends;
@@ -48,6 +50,7 @@ std::function<int()> add_check(CLI::App& app) {
     for (const std::string& name : backends) {
       const BackendInfo& info = registry.get(name);
       const std::string why = info.why_unavailable ? info.why_unavailable() : std::string();
+      if (o->backend != "all") require_available("check", name);
       if (!why.empty()) {
         std::cout << name << ": skipped, not available here: " << why << '\n';
         ++skipped;

@@ -30,15 +30,16 @@ std::string fixed(double value, int digits) {
   return buf;
 }
 
-std::string si(double value, int digits) {
-  static const char* const kPrefix[] = {"", " k", " M", " G", " T", " P"};
+std::string si(double value, const std::string& unit, int digits) {
+  static const char* const kPrefix[] = {"", "k", "M", "G", "T", "P"};
   int i = 0;
   double v = value;
   while (std::fabs(v) >= 1000.0 && i < 5) {
     v /= 1000.0;
     ++i;
   }
-  return fixed(v, digits) + kPrefix[i];
+  const std::string suffix = kPrefix[i] + unit;
+  return fixed(v, digits) + (suffix.empty() ? "" : " " + suffix);
 }
 
 }  // namespace attnkit::tool

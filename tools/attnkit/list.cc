@@ -1,4 +1,5 @@
 // `attnkit list`: every registered backend, whether it can run here (and why not), its capabilities.
+#include <algorithm>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -12,11 +13,31 @@ namespace attnkit::tool {
 
 namespace {
 
-std::string join_dtypes(const std::vector<DType>& v) {
+std::vector<std::string> dtype_names(const std::vector<DType>& v) {
+  std::vector<std::string> names;
+  for (DType d : v) names.emplace_back(dtype_name(d));
+  return names;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string s;
-  for (DType d : v) s += (s.empty() ? "" : ",") + std::string(dtype_name(d));
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
   return s;
 }
+
+// A list of sizes, or "any" where the backend takes every size (JSON).
+nlohmann::json sizes_or_any(const std::vector<int>& v) { return v.empty() ? nlohmann::json("any") : nlohmann::json(v); }
+
+// What each word of `features` means (list --help and the README).
+constexpr const char* kFeatureWords =
+    "Features: extend (prefill and chunked prefill: several new tokens a request), decode (one new token a "
+    "request), mixed (both in one batch), mha (standard attention over K and V heads, not MLA), gqa (fewer "
+    "KV heads than query heads), mla (DeepSeek's multi-head latent attention), causal (each token sees those "
+    "before it), full (non-causal: every new token sees all), window (sliding window), softcap (logit soft-capping), "
+    "sinks (attention sinks), custom-mask (a given mask), cuda-graph (its calls can be captured in a CUDA graph).\n"
+    "JSON: dtypes and features are arrays of words; head_dims and mla_dims are arrays of sizes or \"any\"; "
+    "max_head_dim is a number or \"any\" (a limit only where head_dims is \"any\"); auto.table is the tuning "
+    "table's file or null (the written rules).";
 
 std::string join_ints(const std::vector<int>& v, const char* if_empty) {
   if (v.empty()) return if_empty;
@@ -33,6 +54,7 @@ std::vector<std::string> features(const Capabilities& c) {
   add(c.extend, "extend");
   add(c.decode, "decode");
   add(c.mixed, "mixed");
+  add(c.mha, "mha");
   add(c.gqa, "gqa");
   add(c.mla, "mla");
   add(c.causal, "causal");
@@ -70,6 +92,7 @@ std::function<int()> add_list(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("list", "List the backends, their availability here and their capabilities");
   auto json = std::make_shared<bool>(false);
   auto preset = std::make_shared<std::string>("llama3-8b");
+  cmd->footer(kFeatureWords);
   cmd->add_flag("--json", *json, "Print JSON instead of a table");
   cmd->add_option("--preset", *preset, "Model preset for the `auto` line")->check(CLI::IsMember(preset_names()));
   return [json, preset] {
@@ -77,24 +100,29 @@ std::function<int()> add_list(CLI::App& app) {
     nlohmann::json out = nlohmann::json::array();
     std::vector<std::vector<std::string>> rows = {
         {"backend", "device", "available", "q dtypes", "kv dtypes", "head dims", "pages", "features"}};
+    std::vector<std::string> notes;  // why a backend cannot run here, under the table
     for (const BackendInfo& b : registry.all()) {
       const std::string why = b.why_unavailable ? b.why_unavailable() : std::string();
       const Capabilities c = b.capabilities();
-      std::string feats;
-      for (const auto& f : features(c)) feats += (feats.empty() ? "" : " ") + f;
       const std::string pages = std::to_string(c.min_page_size) + ".." + std::to_string(c.max_page_size);
-      rows.push_back({b.name, std::string(device_name(b.device)), why.empty() ? "yes" : "no: " + why,
-                      join_dtypes(c.q_dtypes), join_dtypes(c.kv_dtypes), c.head_dims.empty() && c.max_head_dim > 0 ? "<=" + std::to_string(c.max_head_dim) : join_ints(c.head_dims, "any"), pages, feats});
+      const std::string dims = c.head_dims.empty() && c.max_head_dim > 0 ? "<=" + std::to_string(c.max_head_dim)
+                                                                         : join_ints(c.head_dims, "any");
+      rows.push_back({b.name, std::string(device_name(b.device)), why.empty() ? "yes" : "no (below)",
+                      join(dtype_names(c.q_dtypes), ","), join(dtype_names(c.kv_dtypes), ","), dims, pages,
+                      join(features(c), " ")});
+      if (!why.empty()) notes.push_back(b.name + ": not available here: " + why);
+      const int max_dim =
+          c.head_dims.empty() ? c.max_head_dim : *std::max_element(c.head_dims.begin(), c.head_dims.end());
       out.push_back({{"name", b.name},
                      {"description", b.description},
                      {"device", device_name(b.device)},
                      {"available", why.empty()},
                      {"why_unavailable", why},
-                     {"q_dtypes", join_dtypes(c.q_dtypes)},
-                     {"kv_dtypes", join_dtypes(c.kv_dtypes)},
-                     {"head_dims", c.head_dims},
-                     {"max_head_dim", c.max_head_dim},
-                     {"mla_dims", c.mla_dims},
+                     {"q_dtypes", dtype_names(c.q_dtypes)},
+                     {"kv_dtypes", dtype_names(c.kv_dtypes)},
+                     {"head_dims", sizes_or_any(c.head_dims)},
+                     {"max_head_dim", max_dim > 0 ? nlohmann::json(max_dim) : nlohmann::json("any")},
+                     {"mla_dims", c.mla ? sizes_or_any(c.mla_dims) : nlohmann::json::array()},
                      {"min_page_size", c.min_page_size},
                      {"max_page_size", c.max_page_size},
                      {"features", features(c)}});
@@ -103,26 +131,29 @@ std::function<int()> add_list(CLI::App& app) {
     const ModelSpec model = make_preset(*preset);
     KvCacheConfig cache = KvCacheConfig::for_spec(model.layer(0));
     cache.device = cuda_available() ? Device::cuda : Device::cpu;
-    nlohmann::json auto_json = {{"preset", *preset}, {"table", tuning_table_source()}};
+    const std::string table = tuning_table_source();  // empty: the written rules
+    nlohmann::json auto_json = {{"preset", *preset}, {"table", table.empty() ? nlohmann::json() : nlohmann::json(table)}};
     std::vector<std::string> auto_lines;
     for (const auto& [label, batch] : {std::pair{"decode 8 x 4096", shape_only_batch(ForwardMode::decode, 8, 4096)},
                                       std::pair{"prefill 1 x 512", shape_only_batch(ForwardMode::extend, 1, 512)}}) {
-      std::string line;
+      std::string backend, reason;
       try {
         const Selection s = select_backend(model, cache, &batch);
-        line = s.backend + " (" + s.reason + ")";
+        backend = s.backend;
+        reason = s.reason;  // "chose NAME (rule)", after the ones passed over
       } catch (const Error& e) {
-        line = std::string("none: ") + e.what();
+        reason = e.what();
       }
-      auto_json[label] = line;
-      auto_lines.push_back(std::string(label) + ": " + line);
+      auto_json[label] = {{"backend", backend.empty() ? nlohmann::json() : nlohmann::json(backend)}, {"reason", reason}};
+      auto_lines.push_back(std::string(label) + ": " + (backend.empty() ? "none: " : "") + reason);
     }
     if (*json) {
       std::cout << nlohmann::json{{"backends", out}, {"auto", auto_json}}.dump(2) << '\n';
       return 0;
     }
     print_table(rows);
-    const std::string table = tuning_table_source();
+    if (!notes.empty()) std::cout << '\n';
+    for (const std::string& n : notes) std::cout << n << '\n';
     std::cout << "\nauto for " << *preset << " on " << device_name(cache.device) << " ("
               << (table.empty() ? "written rules; no tuning table (ATTNKIT_TUNE_TABLE)" : "tuning table " + table) << "):\n";
     for (const auto& line : auto_lines) std::cout << "  " << line << '\n';

@@ -12,6 +12,7 @@
 
 #include "attnkit/registry.h"
 #include "commands.h"
+#include "options.h"
 #include "replay_output.h"
 #include "serving/replay.h"
 #include "serving/report.h"
@@ -26,7 +27,7 @@ struct Options {
   std::string prefill_backend, decode_backend;
   std::string preset = "llama3-8b";
   int layers = 0;
-  int64_t max_requests = 0;
+  int64_t max_requests = -1;  // -1: the default (all, or kCpuDefaultRequests)
   int64_t max_context = 16384;
   double speed = 1.0;
   double rate = 4.0;
@@ -44,27 +45,41 @@ struct Options {
   uint64_t seed = 1;
   std::string json;
   std::string report;
-  bool progress = false;
   bool no_progress = false;
 };
 
-// Progress on stderr: a bar redrawn in place on a terminal, a line every 10 s otherwise.
+// What a replay runs where no GPU backend takes part and --layers / --max-requests are not given:
+// every layer of llama3-8b on the CPU takes 14 minutes for 50 requests of the built-in trace (1000
+// requests); one layer and 50 requests take well under a minute.
+constexpr int kCpuDefaultLayers = 1;
+constexpr int64_t kCpuDefaultRequests = 50;
+
+// Progress on stderr: a bar redrawn in place on a terminal; into a file or a pipe, a line at the
+// start and then one every 10 s.
 class Progress {
  public:
   Progress(std::string label, bool enabled) : label_(std::move(label)), tty_(isatty(2)), enabled_(enabled) {}
   void update(int64_t finished, int64_t total, int64_t steps, double clock_s) {
     if (!enabled_) return;
     const auto now = std::chrono::steady_clock::now();
-    const double since = std::chrono::duration<double>(now - last_).count();
-    if (since < (tty_ ? 0.2 : 10.0) && finished < total) return;
+    if (drawn_ && now - last_ < (tty_ ? std::chrono::milliseconds(200) : std::chrono::seconds(10)) && finished < total)
+      return;
+    if (!drawn_) start_ = now;
     last_ = now;
+    drawn_ = true;
+    const double wall = std::chrono::duration<double>(now - start_).count();
+    if (!tty_) {
+      std::fprintf(stderr, "%s: %lld/%lld requests finished, step %lld, clock %.1f s, wall %.0f s\n", label_.c_str(),
+                   static_cast<long long>(finished), static_cast<long long>(total), static_cast<long long>(steps),
+                   clock_s, wall);
+      return;
+    }
     constexpr int kWidth = 30;
     const int filled = total > 0 ? static_cast<int>(kWidth * finished / total) : kWidth;
-    std::fprintf(stderr, "%s%-14s [%s%s] %lld/%lld requests, step %lld, clock %.1f s%s", tty_ ? "\r" : "",
-                 label_.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
+    std::fprintf(stderr, "\r%-14s [%s%s] %lld/%lld requests, step %lld, clock %.1f s", label_.c_str(),
+                 std::string(static_cast<size_t>(filled), '#').c_str(),
                  std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), static_cast<long long>(finished),
-                 static_cast<long long>(total), static_cast<long long>(steps), clock_s, tty_ ? "" : "\n");
-    drawn_ = true;
+                 static_cast<long long>(total), static_cast<long long>(steps), clock_s);
   }
   ~Progress() {
     if (drawn_ && tty_) std::fprintf(stderr, "\r%*s\r", 100, "");
@@ -75,7 +90,7 @@ class Progress {
   bool tty_;
   bool enabled_;
   bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_{};
+  std::chrono::steady_clock::time_point start_{}, last_{};
 };
 
 std::vector<std::string> backend_list(const Options& o) {
@@ -98,7 +113,9 @@ std::function<int()> add_replay(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("replay", "Replay a request trace through backends (continuous batching)");
   auto o = std::make_shared<Options>();
   cmd->add_option("--trace", o->trace,
-                  "Trace file (Azure 2023 / BurstGPT / ShareGPT-arXiv stats CSV, Mooncake JSONL), or builtin");
+                  "Trace file (Azure 2023 / BurstGPT / ShareGPT-arXiv stats CSV, Mooncake JSONL), or builtin (a "
+                  "sample of the Azure 2023 conversation trace)")
+      ->check(trace_path());
   std::vector<std::string> known = Registry::global().names();
   known.push_back("auto");
   // Each comma-separated name must be a backend (or auto), or the whole value "all".
@@ -128,38 +145,71 @@ std::function<int()> add_replay(CLI::App& app) {
   prefill->needs(decode);
   decode->needs(prefill);
   cmd->add_option("--preset", o->preset, "Model preset")->check(CLI::IsMember(preset_names()));
-  cmd->add_option("--layers", o->layers, "Layers to run (default: the preset's own count)")->check(CLI::Range(0, 1000));
-  cmd->add_option("--max-requests", o->max_requests, "Replay only the first N requests (0: all)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--layers", o->layers,
+                  "Layers to run (default: all of the preset's where a GPU backend runs; " +
+                      std::to_string(kCpuDefaultLayers) + " where only CPU backends run, so that it takes seconds)")
+      ->check(whole_number(1, 1000))
+      ->default_str("");
+  cmd->add_option("--max-requests", o->max_requests,
+                  "Replay only the first N requests (0: all; default: all where a GPU backend runs, " +
+                      std::to_string(kCpuDefaultRequests) + " where only CPU backends run)")
+      ->check(whole_number(0, int64_t{1} << 40))
+      ->default_str("");
   cmd->add_option("--max-context", o->max_context, "Clamp prompt + output to this many tokens (0: no limit)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  cmd->add_option("--speed", o->speed, "Time scale of arrivals (2: twice as fast)")->check(CLI::PositiveNumber);
+      ->check(whole_number(2, int64_t{1} << 30, /*or_zero=*/true));
+  cmd->add_option("--speed", o->speed, "Time scale of arrivals (2: twice as fast)")->check(positive_number());
   cmd->add_option("--rate", o->rate, "Requests/s of Poisson arrivals for traces without times")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--page-size", o->page_size, "KV page size")->check(CLI::Range(1, 256));
+      ->check(positive_number());
+  cmd->add_option("--page-size", o->page_size, "KV page size")->check(whole_number(1, 256));
   cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
-  cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-pages", o->kv_pages, "KV cache size in pages (overrides --kv-memory)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
-  cmd->add_option("--max-batch", o->max_batch, "Requests running at once")->check(CLI::Range(1, 1 << 16));
+  CLI::Option* kv_memory =
+      cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
+      ->check(positive_number())
+      ->default_str("");
+  cmd->add_option("--kv-pages", o->kv_pages, "KV cache size in pages, instead of --kv-memory")
+      ->excludes(kv_memory)
+      ->check(whole_number(2, int64_t{1} << 31))
+      ->default_str("");
+  cmd->add_option("--max-batch", o->max_batch, "Requests running at once")->check(whole_number(1, 1 << 16));
   cmd->add_option("--token-budget", o->token_budget, "New tokens a step (decodes + prefill chunks)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(whole_number(1, int64_t{1} << 20));
   cmd->add_flag("--attention-only", o->attention_only, "Skip the layers' matrix products (always so on the CPU)");
-  cmd->add_flag("--verify", o->verify, "Compare sampled steps with reference; a mismatch fails the run");
+  CLI::Option* verify =
+      cmd->add_flag("--verify", o->verify, "Compare sampled steps with reference; a mismatch fails the run");
   cmd->add_option("--verify-every", o->verify_every, "Check every N-th step (and the first of each mode)")
-      ->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--verify-max", o->verify_max, "At most this many checked steps a run")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seed", o->seed, "Seed of the inputs and of drawn arrivals");
-  cmd->add_option("--json", o->json, "Write the results as JSON to this file");
-  cmd->add_option("--report", o->report, "Also write the HTML report to this file");
-  cmd->add_flag("--progress", o->progress, "Show progress even when stderr is not a terminal");
-  cmd->add_flag("--no-progress", o->no_progress, "Never show progress");
+      ->needs(verify)
+      ->check(whole_number(1, 1 << 30));
+  cmd->add_option("--verify-max", o->verify_max, "At most this many checked steps a run")
+      ->needs(verify)
+      ->check(whole_number(1, 1 << 20));
+  cmd->add_option("--seed", o->seed, "Seed of the inputs and of drawn arrivals")->check(unsigned_integer());
+  cmd->add_option("--json", o->json, "Write the results as JSON to this file")->check(writable_file());
+  cmd->add_option("--report", o->report, "Also write the HTML report to this file")->check(writable_file());
+  cmd->add_flag("--no-progress", o->no_progress,
+                "No progress on stderr (else a bar on a terminal, a line every 10 s into a file or pipe)");
+  add_threads_option(*cmd);
   return [o] {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (const std::string& name : backend_list(*o)) pairs.emplace_back(name, "");
+    if (!o->prefill_backend.empty()) pairs.emplace_back(o->prefill_backend, o->decode_backend);
+    // Named backends must run here (`all` passes over those that cannot); does any run on a GPU?
+    bool gpu = false;
+    for (const auto& [first, second] : pairs) {
+      for (const std::string& name : {first, second}) {
+        if (name.empty()) continue;
+        if (name == "auto") {
+          gpu = gpu || cuda_available();
+          continue;
+        }
+        if (o->backend != "all") require_available("replay", name);
+        const BackendInfo& info = Registry::global().get(name);
+        gpu = gpu || (info.device == Device::cuda && (!info.why_unavailable || info.why_unavailable().empty()));
+      }
+    }
     serving::TraceOptions topt;
-    topt.max_requests = o->max_requests;
+    topt.max_requests = o->max_requests >= 0 ? o->max_requests : gpu ? 0 : kCpuDefaultRequests;
     topt.max_context = o->max_context;
     topt.speed = o->speed;
     topt.rate = o->rate;
@@ -168,7 +218,8 @@ std::function<int()> add_replay(CLI::App& app) {
     ATTNKIT_CHECK(!trace.requests.empty(), "replay: the trace ", trace.name, " has no request to replay");
 
     serving::ReplayOptions ropt;
-    ropt.model = make_preset(o->preset, o->layers > 0 ? o->layers : -1);
+    const int layers = o->layers > 0 ? o->layers : gpu ? -1 : kCpuDefaultLayers;
+    ropt.model = make_preset(o->preset, layers);
     ropt.page_size = o->page_size;
     ropt.dtype = parse_dtype(o->dtype, "--dtype");
     ropt.kv_dtype = o->kv_dtype.empty() ? ropt.dtype : parse_dtype(o->kv_dtype, "--kv-dtype");
@@ -182,12 +233,19 @@ std::function<int()> add_replay(CLI::App& app) {
     ropt.verify_max = o->verify_max;
     ropt.seed = o->seed;
     print_trace_line(trace, ropt);
+    if (!gpu && (o->layers == 0 || o->max_requests < 0)) {
+      std::cout << "only CPU backends run, so by default:";
+      if (o->layers == 0) {
+        std::cout << " " << kCpuDefaultLayers << " of " << make_preset(o->preset).num_layers() << " layers";
+      }
+      if (o->max_requests < 0) {
+        std::cout << (o->layers == 0 ? "," : "") << " the first " << kCpuDefaultRequests << " requests";
+      }
+      std::cout << " (--layers, --max-requests for more)\n";
+    }
 
     std::vector<RunOutcome> runs;
-    std::vector<std::pair<std::string, std::string>> pairs;
-    for (const std::string& name : backend_list(*o)) pairs.emplace_back(name, "");
-    if (!o->prefill_backend.empty()) pairs.emplace_back(o->prefill_backend, o->decode_backend);
-    const bool show = !o->no_progress && (o->progress || isatty(2));
+    const bool show = !o->no_progress;
     for (const auto& [first, second] : pairs) {
       serving::ReplayOptions ro = ropt;
       if (second.empty()) ro.backend = first;

@@ -7,6 +7,7 @@
 
 #include "attnkit/tensor.h"
 #include "format.h"
+#include "options.h"
 #include "serving/replay_json.h"
 
 namespace attnkit::tool {
@@ -40,7 +41,7 @@ void print_trace_line(const serving::Trace& t, const serving::ReplayOptions& o) 
             << " rows, " << t.dropped << " dropped (empty), " << t.clamped << " clamped";
   if (!t.has_arrivals) std::cout << ", Poisson arrivals";
   if (t.prefix_hit_ratio > 0) std::cout << ", shared-prefix tokens " << fixed(100 * t.prefix_hit_ratio, 1) << "%";
-  std::cout << "\nmodel " << o.model.name << " x " << o.model.num_layers() << " layers, page " << o.page_size
+  std::cout << "\nmodel " << o.model.name << " x " << count_of(o.model.num_layers(), "layer") << ", page " << o.page_size
             << ", max batch " << o.scheduler.max_batch_size << ", token budget " << o.scheduler.token_budget
             << (o.verify ? ", verifying sampled steps against reference" : "") << "\n";
 }
@@ -66,7 +67,7 @@ void print_comparison(const std::vector<RunOutcome>& runs) {
     size_t passed = 0;
     for (const auto& v : r.verified) passed += v.passed;
     rows.push_back({r.label, r.device, fixed(s.output_tokens_per_s, 1), ms3(s.ttft_s), ms3(s.tpot_s),
-                    fixed(s.itl_s.p99 * 1e3, 1), si(s.peak_kv_bytes) + "B", si(s.peak_workspace_bytes) + "B",
+                    fixed(s.itl_s.p99 * 1e3, 1), si(s.peak_kv_bytes, "B"), si(s.peak_workspace_bytes, "B"),
                     std::to_string(r.num_preemptions), fixed(100 * s.attn_fraction, 1) + "%",
                     fixed(100 * s.sched_fraction, 2) + "%",
                     r.verified.empty() ? "-" : std::to_string(passed) + "/" + std::to_string(r.verified.size())});

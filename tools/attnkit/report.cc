@@ -6,6 +6,7 @@
 
 #include "attnkit/error.h"
 #include "commands.h"
+#include "options.h"
 #include "serving/report.h"
 
 namespace attnkit::tool {
@@ -25,8 +26,9 @@ std::function<int()> add_report(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("results", o->inputs, "Result files from `attnkit replay --json` or `attnkit bench --json`")
       ->required()
-      ->check(CLI::ExistingFile);
-  cmd->add_option("-o,--output", o->output, "The HTML file to write");
+      ->check(CLI::ExistingFile)
+      ->default_str("");
+  cmd->add_option("-o,--output", o->output, "The HTML file to write")->check(writable_file());
   cmd->add_option("--title", o->title, "The page's title");
   return [o] {
     std::vector<serving::ReportInput> inputs;
@@ -50,8 +52,8 @@ std::function<int()> add_report(CLI::App& app) {
     std::ofstream out(o->output);
     ATTNKIT_CHECK(out.good(), "report: --output file '", o->output, "' cannot be written");
     out << html;
-    std::cout << "report: " << o->output << " (" << html.size() / 1024 << " KiB, " << inputs.size()
-              << " result files)\n";
+    std::cout << "report: " << o->output << " (" << html.size() / 1024 << " KiB, "
+              << count_of(inputs.size(), "result file") << ")\n";
     return 0;
   };
 }

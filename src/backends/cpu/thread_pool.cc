@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "attnkit/backend.h"
 #include "attnkit/error.h"
 
 namespace attnkit::cpu {
@@ -15,7 +16,12 @@ namespace {
 // enough not to steal a core from the rest of the engine for long.
 constexpr int kSpinIterations = 20000;
 
+// set_cpu_threads()'s value (0: none), and whether the global pool has been made with it.
+std::atomic<int> g_requested_threads{0};
+std::atomic<bool> g_pool_made{false};
+
 int default_num_threads() {
+  if (const int n = g_requested_threads.load()) return n;
   if (const char* env = std::getenv("ATTNKIT_CPU_THREADS")) {
     const int n = std::atoi(env);
     ATTNKIT_CHECK(n >= 1 && n <= 1024, "cpu: ATTNKIT_CPU_THREADS must be 1..1024, got '", env, "'");
@@ -45,8 +51,29 @@ ThreadPool::~ThreadPool() {
 
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool(default_num_threads());
+  g_pool_made.store(true);
   return pool;
 }
+
+}  // namespace attnkit::cpu
+
+namespace attnkit {
+
+void set_cpu_threads(int num_threads) {
+  ATTNKIT_CHECK(num_threads >= 0 && num_threads <= 1024, "set_cpu_threads: num_threads must be 0..1024, got ",
+                num_threads);
+  if (cpu::g_pool_made.load()) {
+    const int size = cpu::ThreadPool::global().num_threads();
+    ATTNKIT_CHECK(num_threads == 0 || num_threads == size, "set_cpu_threads: num_threads ", num_threads,
+                  " comes after the cpu thread pool started with ", size, "; expected it before the first cpu call");
+    return;
+  }
+  cpu::g_requested_threads.store(num_threads);
+}
+
+}  // namespace attnkit
+
+namespace attnkit::cpu {
 
 void ThreadPool::drain(int thread_idx) {
   for (;;) {

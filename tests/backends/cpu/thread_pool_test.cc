@@ -5,6 +5,7 @@
 #include <atomic>
 #include <vector>
 
+#include "attnkit/backend.h"
 #include "attnkit/error.h"
 #include "backends/cpu/thread_pool.h"
 
@@ -44,6 +45,26 @@ TEST(CpuThreadPool, RefusesAnEmptyPool) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "cpu: thread pool size must be >= 1, got 0");
   }
+}
+
+// set_cpu_threads() sizes the process-wide pool made on first use, and refuses another size after
+// (CTest runs each test in a process of its own, so the pool is not made yet here).
+TEST(CpuThreadPool, SetCpuThreadsSizesTheGlobalPool) {
+  try {
+    set_cpu_threads(3);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "the pool was made by an earlier test of this process: " << e.what();
+  }
+  EXPECT_EQ(ThreadPool::global().num_threads(), 3);
+  EXPECT_NO_THROW(set_cpu_threads(3));
+  try {
+    set_cpu_threads(5);
+    FAIL() << "a second size was taken after the pool started";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "set_cpu_threads: num_threads 5 comes after the cpu thread pool started with 3; expected it "
+                           "before the first cpu call");
+  }
+  EXPECT_THROW(set_cpu_threads(-1), Error);
 }
 
 }  // namespace

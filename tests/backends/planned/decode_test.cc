@@ -15,6 +15,7 @@
 #include "cuda/memory.h"
 #include "gpu_test.h"
 #include "harness/device_copy.h"
+#include "param_name.h"
 
 namespace attnkit {
 namespace {
@@ -158,7 +159,10 @@ TEST_P(PlannedDecode, MatchesReference) {
   expect_passes(own_cases()[static_cast<size_t>(GetParam())]);
 }
 
-INSTANTIATE_TEST_SUITE_P(OwnCases, PlannedDecode, ::testing::Range(0, static_cast<int>(own_cases().size())));
+INSTANTIATE_TEST_SUITE_P(OwnCases, PlannedDecode, ::testing::Range(0, static_cast<int>(own_cases().size())),
+                         [](const auto& info) {
+                           return attnkit::testing::param_name(own_cases()[static_cast<size_t>(info.param)].label);
+                         });
 
 // Wide splits' all-wait merges in a plain launch (as where an instance's residency is below the
 // grid): the last CTA to count joins all the partials, kJoinFanIn at a time.

@@ -21,6 +21,12 @@
 #include "gpu_test.h"
 #include "harness/check.h"
 #include "harness/device_copy.h"
+#include "param_name.h"
+
+namespace attnkit::planned::prefill_testing {
+// GoogleTest prints a case by its label (not as a byte dump).
+void PrintTo(const PrefillCase& c, std::ostream* os) { *os << c.label; }
+}  // namespace attnkit::planned::prefill_testing
 
 namespace attnkit::planned {
 namespace {
@@ -178,7 +184,7 @@ TEST_P(PlannedPrefill, MatchesReference) { run_case(GetParam(), 7); }
 TEST_P(PlannedPrefill, MatchesReferenceOnOtherInputs) { run_case(GetParam(), 1234); }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PlannedPrefill, ::testing::ValuesIn(cases()),
-                         [](const auto& info) { return "case" + std::to_string(info.index); });
+                         [](const auto& info) { return attnkit::testing::param_name(info.param.label); });
 
 // Through the backend (plan, cache store, extend kernel): the harness's extend and mixed cases and
 // a few longer ones, against `reference` on fresh inputs.

@@ -1,0 +1,137 @@
+// Validators and helpers shared by the subcommands (options.h).
+#include "options.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "attnkit/backend.h"
+#include "attnkit/registry.h"
+
+namespace attnkit::tool {
+
+CLI::Validator writable_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        if (path.empty()) return "expected a file name, got ''";
+        if (fs::is_directory(path, ec)) return "'" + path + "' is a folder; expected a file name";
+        const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+        if (!fs::exists(parent, ec)) return "the folder '" + parent.string() + "' of '" + path + "' does not exist";
+        if (!fs::is_directory(parent, ec)) {
+          return "'" + parent.string() + "' is not a folder, so '" + path + "' cannot be written";
+        }
+        const bool exists = fs::exists(path, ec);
+        const std::string probe = exists ? path : parent.string();
+        if (::access(probe.c_str(), W_OK) != 0) {
+          return "'" + path + "' cannot be written (" + (exists ? "the file" : "its folder") + ": " +
+                 std::strerror(errno) + ")";
+        }
+        return {};
+      },
+      "FILE");
+}
+
+CLI::Validator trace_path() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        std::error_code ec;
+        if (path == "builtin") return {};
+        if (std::filesystem::is_directory(path, ec)) {
+          return "'" + path + "' is a folder; expected a trace file or builtin";
+        }
+        if (!std::filesystem::exists(path, ec)) return "no file '" + path + "'; expected a trace file or builtin";
+        return {};
+      },
+      "FILE|builtin");
+}
+
+CLI::Validator whole_number(int64_t lo, int64_t hi, bool or_zero) {
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, or_zero](std::string& text) -> std::string {
+        int64_t v = 0;
+        const bool number = CLI::detail::lexical_cast(text, v);
+        if (!number || ((v < lo || v > hi) && !(or_zero && v == 0))) {
+          return std::string("expected ") + (or_zero ? "0 or " : "") + "a whole number from " + std::to_string(lo) +
+                 " to " + std::to_string(hi) + ", got '" + text + "'";
+        }
+        return {};
+      },
+      hi <= 100000 ? (or_zero ? "0|" : "") + range : std::string());
+}
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "expected a number, got '" + text + "'";
+        if (!(v > 0)) return "must be > 0, got " + text;
+        return {};
+      },
+      "> 0");
+}
+
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits =
+            !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits) return "expected a whole number >= 0, got '" + text + "'";
+        return {};
+      },
+      "");
+}
+
+void add_threads_option(CLI::App& cmd) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  cmd.add_option_function<int>(
+         "--threads", [](const int& n) { set_cpu_threads(n); },
+         "Threads of the cpu backend (default: ATTNKIT_CPU_THREADS, else one a core: " + std::to_string(cores) + ")")
+      ->check(whole_number(1, 1024));
+}
+
+void require_available(const std::string& subcommand, const std::string& backend) {
+  const BackendInfo& info = Registry::global().get(backend);
+  const std::string why = info.why_unavailable ? info.why_unavailable() : std::string();
+  if (!why.empty()) throw Error(subcommand + ": backend " + backend + " cannot run here: " + why);
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_d = 0;
+  for (const std::string& c : candidates) {
+    const size_t d = distance(word, c);
+    if (best.empty() || d < best_d) {
+      best = c;
+      best_d = d;
+    }
+  }
+  // A typo: at most a third of the word's letters wrong (and at least one allowed).
+  return !best.empty() && best_d <= std::max<size_t>(1, word.size() / 3) ? best : std::string();
+}
+
+std::string count_of(size_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+}  // namespace attnkit::tool

@@ -1,0 +1,38 @@
+// The tool's conventions on top of CLI11: output files checked before any work starts, numbers
+// that must be positive said plainly, seeds, --threads, and the nearest name for a mistyped one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace attnkit::tool {
+
+// A trace: "builtin" or a file that exists (not a folder).
+CLI::Validator trace_path();
+// A file the subcommand will write: not a folder, its folder exists and the file can be written there.
+CLI::Validator writable_file();
+// A number > 0 (CLI::PositiveNumber's message quotes the double range's bounds in full).
+CLI::Validator positive_number();
+// A whole number from lo to hi, or 0 too where `or_zero` (CLI::Range says "Value abc not in range"
+// of a word too).
+CLI::Validator whole_number(int64_t lo, int64_t hi, bool or_zero = false);
+// A whole number >= 0 written in decimal digits (an unsigned option would take "-1" as 2^64 - 1).
+CLI::Validator unsigned_integer();
+
+// Adds --threads to a subcommand: the size of the cpu backend's thread pool, set before the work runs.
+void add_threads_option(CLI::App& cmd);
+
+// A backend the user named on its own must run here: throws attnkit::Error with the reason where it
+// cannot (`all` passes over such backends instead).
+void require_available(const std::string& subcommand, const std::string& backend);
+
+// The candidate nearest to `word` by edit distance when it is close enough to be a typo, else "".
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+// "1 result file", "2 result files".
+std::string count_of(size_t n, const std::string& noun);
+
+}  // namespace attnkit::tool
