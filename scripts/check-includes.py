@@ -26,7 +26,8 @@ def rule_for(rel):
         return ('the public API (include/attnkit)', ['attnkit/'], (),
                 'public headers stand alone: an installed attnkit has no src/')
     if parts[0] == 'tools':
-        return ('the tool (tools/)', ['attnkit/', 'harness/', 'serving/'], (),
+        # build_info.h is generated into the build tree (cmake/build_info.cmake): the commit only.
+        return ('the tool (tools/)', ['attnkit/', 'harness/', 'serving/'], ('build_info.h',),
                 'the tool reaches backends by name only, through the public API, the harness and serving')
     if parts[0] != 'src' or len(parts) < 3:
         return None

@@ -239,6 +239,10 @@ TEST(Cli, CeilingsPairAProbePassWithEachHostCall) {
   EXPECT_GT(res["fraction_of_ceiling"].get<double>(), 0.0);
   EXPECT_GT(res["fraction_of_probe_before_run"].get<double>(), 0.0);
   EXPECT_NE(r.output.find("read beside"), std::string::npos) << r.output;
+  // Where the result came from, for the report's labels: the commit, the date and the device.
+  EXPECT_FALSE(j["commit"].get<std::string>().empty());
+  EXPECT_EQ(j["date"].get<std::string>().size(), 10u) << j["date"];
+  EXPECT_FALSE(j["device_name"].get<std::string>().empty());
 }
 
 }  // namespace

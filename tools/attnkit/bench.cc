@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "format.h"
 #include "harness/bench.h"
+#include "run_info.h"
 #include "harness/ceilings.h"
 #include "options.h"
 
@@ -213,8 +214,9 @@ std::function<int()> add_bench(CLI::App& app) {
     if (!o->json.empty()) {
       std::ofstream f(o->json);
       if (!f) throw Error("bench: --json file '" + o->json + "' cannot be written");
-      f << nlohmann::json{{"phase", o->phase}, {"ceilings", ceilings_json(ceilings)}, {"results", results}}.dump(2)
-        << '\n';
+      nlohmann::json doc = run_info();
+      doc.update({{"phase", o->phase}, {"ceilings", ceilings_json(ceilings)}, {"results", results}});
+      f << doc.dump(2) << '\n';
     }
     return 0;
   };

@@ -1,13 +1,13 @@
 // The replay's printed table and results JSON (kind "replay"), one row / one object a run.
 #include "replay_output.h"
 
-#include <cstdio>
 #include <ctime>
 #include <iostream>
 
 #include "attnkit/tensor.h"
 #include "format.h"
 #include "options.h"
+#include "run_info.h"
 #include "serving/replay_json.h"
 
 namespace attnkit::tool {
@@ -16,22 +16,6 @@ namespace {
 
 std::string ms3(const serving::Percentiles& p) {
   return fixed(p.p50 * 1e3, 1) + "/" + fixed(p.p90 * 1e3, 1) + "/" + fixed(p.p99 * 1e3, 1);
-}
-
-std::string device_name_here() {
-  const std::string name = cuda_device_name();
-  return name.empty() ? "cpu only" : name;
-}
-
-std::string commit_here() {
-  FILE* pipe = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-  if (!pipe) return "unknown";
-  char buf[64] = {};
-  const bool ok = std::fgets(buf, sizeof buf, pipe) != nullptr;
-  pclose(pipe);
-  std::string s = ok ? buf : "unknown";
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  return s.empty() ? "unknown" : s;
 }
 
 }  // namespace
@@ -90,15 +74,9 @@ void print_comparison(const std::vector<RunOutcome>& runs) {
 
 nlohmann::json results_json(const serving::Trace& trace, const std::string& preset,
                             const serving::ReplayOptions& o, double speed, const std::vector<RunOutcome>& runs) {
-  std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  nlohmann::json doc = {{"kind", "replay"},
-                        {"version", 1},
-                        {"device_name", device_name_here()},
-                        {"date", date},
-                        {"commit", commit_here()},
-                        {"trace", serving::trace_json(trace)}};
+  nlohmann::json doc = {{"kind", "replay"}, {"version", 1}};
+  doc.update(run_info());
+  doc["trace"] = serving::trace_json(trace);
   doc["options"] = {{"preset", preset},
                     {"layers", o.model.num_layers()},
                     {"page_size", o.page_size},
