@@ -212,6 +212,16 @@ TEST(Cli, BenchRunsAndReportsRates) {
   EXPECT_NE(r.output.find("bench: reference on llama3-8b decode 2 x 64 ...\n"), std::string::npos) << r.output;
 }
 
+// A results file that is not JSON is a bad argument: exit 2, naming the file, before any page is written.
+TEST(Cli, ReportRefusesAFileThatIsNotJson) {
+  const std::string bad = ::testing::TempDir() + "attnkit_not_json.json";
+  std::ofstream(bad) << "not json\n";
+  const Outcome r = run_tool("report " + bad + " -o " + ::testing::TempDir() + "attnkit_not_json.html");
+  std::remove(bad.c_str());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(bad + " is not JSON"), std::string::npos) << r.output;
+}
+
 // tune says each bucket as it starts, and leaves out `reference` unless it is named.
 TEST(Cli, TuneSaysEachBucketAndLeavesOutTheReference) {
   const std::string path = ::testing::TempDir() + "attnkit_tune_cli.json";

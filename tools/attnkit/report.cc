@@ -19,6 +19,27 @@ struct Options {
   std::string title = "attnkit results";
 };
 
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream text;
+  text << f.rdbuf();
+  return nlohmann::json::parse(text.str());
+}
+
+// A results file that is not JSON is a bad argument (exit 2), found before any work.
+CLI::Validator json_file() {
+  return CLI::Validator(
+      [](std::string& path) {
+        try {
+          read_json(path);
+        } catch (const nlohmann::json::exception& e) {
+          return path + " is not JSON: " + e.what();
+        }
+        return std::string();
+      },
+      "JSON");
+}
+
 }  // namespace
 
 std::function<int()> add_report(CLI::App& app) {
@@ -26,24 +47,13 @@ std::function<int()> add_report(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("results", o->inputs, "Result files from `attnkit replay --json` or `attnkit bench --json`")
       ->required()
-      ->check(CLI::ExistingFile)
+      ->check(CLI::ExistingFile & json_file())
       ->default_str("");
   cmd->add_option("-o,--output", o->output, "The HTML file to write")->check(writable_file());
   cmd->add_option("--title", o->title, "The page's title");
   return [o] {
     std::vector<serving::ReportInput> inputs;
-    for (const std::string& path : o->inputs) {
-      std::ifstream f(path);
-      std::ostringstream text;
-      text << f.rdbuf();
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(text.str());
-      } catch (const nlohmann::json::exception& e) {
-        throw Error("report: " + path + " is not JSON: " + e.what());
-      }
-      inputs.push_back({path, std::move(j)});
-    }
+    for (const std::string& path : o->inputs) inputs.push_back({path, read_json(path)});
     if (!serving::gnuplot_available()) {
       std::cerr << "attnkit: warning: gnuplot is not installed (apt-get install gnuplot-nox): the page has tables "
                    "but no plots\n";
