@@ -206,7 +206,7 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   int warm_calls = 0;
   for (; warm_calls < opt.warmup && Clock::now() < budget_end; ++warm_calls) call(warm_calls);
   b->synchronize();
-  const double warm_s = std::chrono::duration<double>(Clock::now() - warm_start).count();
+  [[maybe_unused]] const double warm_s = std::chrono::duration<double>(Clock::now() - warm_start).count();  // paces the GPU calls
   r.backend_host_bytes = std::max(0.0, current_rss_bytes() - rss_before);
   std::vector<double> ms;
   if (caps.device == Device::cuda) {
