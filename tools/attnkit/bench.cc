@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/cpu_target.h"
 #include "attnkit/registry.h"
 #include "ceilings.h"
 #include "commands.h"
@@ -36,6 +37,7 @@ struct Options {
   bool non_causal = false;
   std::string decode_join = "all-wait";
   bool cpu_bf16_dot = true;
+  std::string cpu_target;  // empty: the best this CPU runs
   std::string decode_timeline;
 };
 
@@ -109,6 +111,8 @@ std::function<int()> add_bench(CLI::App& app) {
       ->check(CLI::IsMember({"all-wait", "two-level", "all-wait-plain"}));
   cmd->add_option("--cpu-bf16-dot", o->cpu_bf16_dot,
                   "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)");
+  cmd->add_option("--cpu-target", o->cpu_target,
+                  "cpu: run the kernels on this SIMD target (Highway's name: avx3, avx2, sse4, ...; default: the best)");
   cmd->add_option("--decode-timeline", o->decode_timeline,
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)");
   cmd->add_flag("--ceilings", o->ceilings, "Measure this machine's read bandwidth and matrix/FMA rate, and report fractions");
@@ -140,6 +144,7 @@ std::function<int()> add_bench(CLI::App& app) {
     std::vector<std::string> names;
     if (o->backend == "all") names = Registry::global().names();
     else names.push_back(o->backend);
+    if (!o->cpu_target.empty()) set_cpu_target(o->cpu_target);
     const Ceilings ceilings = o->ceilings ? measure_ceilings() : Ceilings{};
     if (o->ceilings) print_ceilings(ceilings);
 
@@ -151,6 +156,7 @@ std::function<int()> add_bench(CLI::App& app) {
     const bool host_backend = std::any_of(names.begin(), names.end(), [](const std::string& n) {
       return Registry::global().get(n).device == Device::cpu;
     });
+    if (host_backend) std::cout << "cpu target: " << cpu_target() << "\n";
     if (o->ceilings && memory_bound && host_backend) probe = std::make_unique<harness::ReadProbe>();
     std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "calls", "tokens/s",
                                                    memory_bound ? "bytes/s" : "FLOP/s", "of ceiling",
@@ -162,6 +168,7 @@ std::function<int()> add_bench(CLI::App& app) {
       if (probe && device == Device::cpu) run_opt.before_each_call = [&probe] { return probe->pass(); };
       const harness::BenchResult r = harness::run_bench(name, w, run_opt);
       nlohmann::json j = to_json(r);
+      if (device == Device::cpu) j["cpu_target"] = cpu_target();
       if (!r.skipped.empty()) {
         rows.push_back({name, w.label, "skip: " + r.skipped});
         results.push_back(j);

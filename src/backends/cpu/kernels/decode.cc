@@ -364,6 +364,8 @@ size_t heads_scratch_floats(const AttendParams& p) {
   return static_cast<size_t>(floats + 6 * 16);  // each piece rounded up to 16 floats
 }
 
+int64_t dispatched_target() { return HWY_TARGET; }
+
 UnitState attend_heads(const AttendParams& p, const UnitWork& u, float* scratch) {
   switch (p.kv_dtype) {
     case DType::f32: return attend_heads_t<float>(p, u, scratch);
@@ -380,9 +382,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attnkit::cpu {
 
+HWY_EXPORT(dispatched_target);
 HWY_EXPORT(heads_scratch_floats);
 HWY_EXPORT(attend_heads);
 
+int64_t dispatched_target() { return HWY_DYNAMIC_DISPATCH(dispatched_target)(); }
 size_t heads_scratch_floats(const AttendParams& p) { return HWY_DYNAMIC_DISPATCH(heads_scratch_floats)(p); }
 UnitState attend_heads(const AttendParams& p, const UnitWork& u, float* scratch) {
   return HWY_DYNAMIC_DISPATCH(attend_heads)(p, u, scratch);
