@@ -57,7 +57,7 @@ HeadsTiles carve(const AttendParams& p, float* scratch) {
 // S of every head for the tile (q.h: [num_qo_heads, dk] f32 in load_pair order), the usual groups
 // of 4 and 8 compiled for their size.
 template <typename KvT>
-void qk_all_heads(const float* q, int num_kv_heads, int group, int dk, const KvT* const* keys, int nt, float* s,
+HWY_NOINLINE void qk_all_heads(const float* q, int num_kv_heads, int group, int dk, const KvT* const* keys, int nt, float* s,
                   int stride, const RowPrefetch<KvT>& ahead) {
   if (group == 4) return qk_tokens<4>(q, num_kv_heads, group, dk, keys, nt, s, stride, ahead);
   if (group == 8) return qk_tokens<8>(q, num_kv_heads, group, dk, keys, nt, s, stride, ahead);
