@@ -28,6 +28,7 @@ std::vector<harness::CheckCase> cpu_cases() {
   const AttentionSpec gqa = heads(8, 2, 128);
   cases.push_back(make("split decode f32", gqa, DType::f32, {{2999, 1}}));
   cases.push_back(make("split decode bf16, two requests", gqa, DType::bf16, {{1500, 1}, {700, 1}}));
+  cases.push_back(make("split decode f16, group 8", heads(16, 2, 128), DType::f16, {{1100, 1}, {45, 1}}));
   {
     auto c = make("split decode, sinks", gqa, DType::f32, {{1200, 1}});
     c.spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f, 1.5f, 0.25f, -0.5f};
