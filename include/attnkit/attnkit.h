@@ -4,6 +4,7 @@
 #include "attnkit/backend.h"
 #include "attnkit/batch.h"
 #include "attnkit/compare.h"
+#include "attnkit/cpu_target.h"
 #include "attnkit/dtype.h"
 #include "attnkit/error.h"
 #include "attnkit/kv_cache.h"

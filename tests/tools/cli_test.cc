@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/cpu_target.h"
 #include "attnkit/tensor.h"
 
 namespace {
@@ -56,8 +57,16 @@ TEST(Cli, UnknownWordsAreNamedWithTheNearest) {
 }
 
 // Every bad value exits 2 with one line naming the flag, the value and what was expected.
+// The SIMD targets this CPU runs, as `--cpu-target` lists them.
+std::string cpu_target_list() {
+  std::string list;
+  for (const std::string& t : attnkit::cpu_targets()) list += t + ",";
+  return "{" + list + "best}";
+}
+
 TEST(Cli, BadValuesExitTwoInEverySubcommand) {
   const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench --cpu-target bogus", "--cpu-target: bogus not in " + cpu_target_list()},
       {"tune --phases foo", "--phases: foo not in {prefill,decode}"},
       {"tune --batches 0", "--batches: expected a whole number from 1 to 65536, got '0'"},
       {"tune --batches abc", "--batches: expected a whole number from 1 to 65536, got 'abc'"},

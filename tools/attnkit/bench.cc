@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/cpu_target.h"
 #include "attnkit/registry.h"
 #include "ceilings.h"
 #include "commands.h"
@@ -39,6 +40,7 @@ struct Options {
   bool non_causal = false;
   std::string decode_join = "all-wait";
   bool cpu_bf16_dot = true;
+  std::string cpu_target;  // empty: the best this CPU runs
   std::string decode_timeline;
 };
 
@@ -122,6 +124,11 @@ std::function<int()> add_bench(CLI::App& app) {
                   "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)")
       ->check(CLI::IsMember({"true", "false"}))
       ->default_str("true");
+  std::vector<std::string> targets = cpu_targets();
+  targets.push_back("best");
+  cmd->add_option("--cpu-target", o->cpu_target,
+                  "cpu: run the kernels on this SIMD target (Highway's name, one this CPU runs; default: the best)")
+      ->check(CLI::IsMember(targets, CLI::ignore_case));
   cmd->add_option("--decode-timeline", o->decode_timeline,
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
@@ -159,6 +166,7 @@ std::function<int()> add_bench(CLI::App& app) {
       require_available("bench", o->backend);
       names.push_back(o->backend);
     }
+    if (!o->cpu_target.empty()) set_cpu_target(o->cpu_target);
     const Ceilings ceilings = o->ceilings ? measure_ceilings() : Ceilings{};
     if (o->ceilings) print_ceilings(ceilings);
 
@@ -170,6 +178,7 @@ std::function<int()> add_bench(CLI::App& app) {
     const bool host_backend = std::any_of(names.begin(), names.end(), [](const std::string& n) {
       return Registry::global().get(n).device == Device::cpu;
     });
+    if (host_backend) std::cout << "cpu target: " << cpu_target() << "\n";
     if (o->ceilings && memory_bound && host_backend) probe = std::make_unique<harness::ReadProbe>();
     std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "calls", "tokens/s",
                                                    memory_bound ? "bytes/s" : "FLOP/s", "of ceiling",
@@ -184,6 +193,7 @@ std::function<int()> add_bench(CLI::App& app) {
       std::fprintf(stderr, "bench: %s on %s ...\n", name.c_str(), w.label.c_str());
       const harness::BenchResult r = harness::run_bench(name, w, run_opt);
       nlohmann::json j = to_json(r);
+      if (device == Device::cpu) j["cpu_target"] = cpu_target();
       if (!r.skipped.empty()) {
         rows.push_back({name, w.label, "skipped"});
         notes.push_back(name + ": skipped: " + r.skipped);

@@ -3,10 +3,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "backends/cpu/kernels/params.h"
 
 namespace attnkit::cpu {
+
+// The Highway target the kernels dispatch to now (HWY_AVX2, ...; attnkit/cpu_target.h names it).
+int64_t dispatched_target();
 
 // f32 lanes of one vector on the chosen target (16 with AVX-512).
 int simd_lanes_f32();
