@@ -221,6 +221,16 @@ TEST(Cli, BenchRunsAndReportsRates) {
   EXPECT_NE(r.output.find("bench: reference on llama3-8b decode 2 x 64 ...\n"), std::string::npos) << r.output;
 }
 
+// `check` runs the cpu kernels on every SIMD target this CPU runs, when asked for one, and says which.
+TEST(Cli, CheckPassesOnEveryCpuTarget) {
+  for (const std::string& target : attnkit::cpu_targets()) {
+    const Outcome r = run_tool("check --backend cpu --cases 2 --preset qwen3-0.6b --cpu-target " + target);
+    EXPECT_EQ(r.status, 0) << target << ": " << r.output;
+    EXPECT_NE(r.output.find("cpu target: " + target + "\n"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("2 passed, 0 failed"), std::string::npos) << target << ": " << r.output;
+  }
+}
+
 // A results file that is not JSON is a bad argument: exit 2, naming the file, before any page is written.
 TEST(Cli, ReportRefusesAFileThatIsNotJson) {
   const std::string bad = ::testing::TempDir() + "attnkit_not_json.json";

@@ -40,7 +40,6 @@ struct Options {
   bool non_causal = false;
   std::string decode_join = "all-wait";
   bool cpu_bf16_dot = true;
-  std::string cpu_target;  // empty: the best this CPU runs
   std::string decode_timeline;
 };
 
@@ -124,11 +123,7 @@ std::function<int()> add_bench(CLI::App& app) {
                   "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)")
       ->check(CLI::IsMember({"true", "false"}))
       ->default_str("true");
-  std::vector<std::string> targets = cpu_targets();
-  targets.push_back("best");
-  cmd->add_option("--cpu-target", o->cpu_target,
-                  "cpu: run the kernels on this SIMD target (Highway's name, one this CPU runs; default: the best)")
-      ->check(CLI::IsMember(targets, CLI::ignore_case));
+  add_cpu_target_option(*cmd);
   cmd->add_option("--decode-timeline", o->decode_timeline,
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
@@ -166,7 +161,6 @@ std::function<int()> add_bench(CLI::App& app) {
       require_available("bench", o->backend);
       names.push_back(o->backend);
     }
-    if (!o->cpu_target.empty()) set_cpu_target(o->cpu_target);
     const Ceilings ceilings = o->ceilings ? measure_ceilings() : Ceilings{};
     if (o->ceilings) print_ceilings(ceilings);
 

@@ -2,6 +2,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "attnkit/cpu_target.h"
 #include "attnkit/registry.h"
 #include "commands.h"
 #include "format.h"
@@ -35,6 +36,7 @@ std::function<int()> add_check(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Seed of the random cases")->check(unsigned_integer());
   cmd->add_flag("--standard", o->standard, "Also run the fixed conformance table");
   add_threads_option(*cmd);
+  add_cpu_target_option(*cmd);
   return [o] {
     const Registry& registry = Registry::global();
     std::vector<std::string> backends;
@@ -56,6 +58,7 @@ std::function<int()> add_check(CLI::App& app) {
         ++skipped;
         continue;
       }
+      if (info.device == Device::cpu && name == "cpu") std::cout << "cpu target: " << cpu_target() << '\n';
       std::vector<harness::CheckCase> cases = harness::random_cases(model, info.capabilities(), o->cases, o->seed);
       if (o->standard) {
         for (auto& c : harness::standard_cases()) cases.push_back(std::move(c));

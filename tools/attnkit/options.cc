@@ -1,6 +1,7 @@
 // Validators and helpers shared by the subcommands (options.h).
 #include "options.h"
 
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "attnkit/backend.h"
+#include "attnkit/cpu_target.h"
 #include "attnkit/registry.h"
 
 namespace attnkit::tool {
@@ -94,6 +96,15 @@ void add_threads_option(CLI::App& cmd) {
          "--threads", [](const int& n) { set_cpu_threads(n); },
          "Threads of the cpu backend (default: ATTNKIT_CPU_THREADS, else one a core: " + std::to_string(cores) + ")")
       ->check(whole_number(1, 1024));
+}
+
+void add_cpu_target_option(CLI::App& cmd) {
+  std::vector<std::string> targets = cpu_targets();
+  targets.push_back("best");
+  cmd.add_option_function<std::string>(
+         "--cpu-target", [](const std::string& name) { set_cpu_target(name); },
+         "cpu: run the kernels on this SIMD target (Highway's name, one this CPU runs; default: the best)")
+      ->check(CLI::IsMember(targets, CLI::ignore_case));
 }
 
 void require_available(const std::string& subcommand, const std::string& backend) {

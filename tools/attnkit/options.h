@@ -24,6 +24,8 @@ CLI::Validator unsigned_integer();
 
 // Adds --threads to a subcommand: the size of the cpu backend's thread pool, set before the work runs.
 void add_threads_option(CLI::App& cmd);
+// --cpu-target NAME: the `cpu` kernels' SIMD target (attnkit/cpu_target.h), set as it is parsed.
+void add_cpu_target_option(CLI::App& cmd);
 
 // A backend the user named on its own must run here: throws attnkit::Error with the reason where it
 // cannot (`all` passes over such backends instead).
