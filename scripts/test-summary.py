@@ -3,7 +3,7 @@
 and were skipped, and why they were skipped, grouped by reason (most first); the failed tests are
 named above that line. scripts/test.sh ends on it.
 
-Usage: test-summary.py RESULTS.xml
+Usage: test-summary.py RESULTS.xml [MORE.xml...]  (all counted in the one line)
        test-summary.py --self-test
 """
 import collections
@@ -26,8 +26,8 @@ def skip_reason(case):
     return (skipped.get('message') if skipped is not None else None) or 'no reason given'
 
 
-def summarize(path):
-    cases = ET.parse(path).getroot().iter('testcase')
+def summarize(*paths):
+    cases = [case for path in paths for case in ET.parse(path).getroot().iter('testcase')]
     passed, failed, reasons = 0, [], collections.Counter()
     for case in cases:
         status = case.get('status')
@@ -79,10 +79,10 @@ no NVIDIA driver is installed
 def main(argv):
     if argv[1:] == ['--self-test']:
         return self_test()
-    if len(argv) != 2:
+    if len(argv) < 2:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    for line in summarize(argv[1]):
+    for line in summarize(*argv[1:]):
         print(line)
     return 0
 

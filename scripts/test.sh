@@ -18,9 +18,17 @@ ctest --test-dir build --output-on-failure -j "$(nproc)" --output-junit "$result
        /^[0-9]+% tests passed/ {next}
        {print; fflush()}'
 status=${PIPESTATUS[0]}
+# The cpu backend's Arm targets, cross-compiled and run under qemu-aarch64 (scripts/test-arm.sh),
+# where the cross compiler is installed; their tests count in the summary line.
+arm_results=()
+if command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1; then
+  echo
+  scripts/test-arm.sh || status=1
+  [[ -f build-arm/Testing/results.xml ]] && arm_results=(build-arm/Testing/results.xml)
+fi
 set -e
 if [[ -f "$results" ]]; then
   echo
-  python3 scripts/test-summary.py "$results"
+  python3 scripts/test-summary.py "$results" "${arm_results[@]}"
 fi
 exit "$status"

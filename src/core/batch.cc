@@ -42,6 +42,14 @@ int64_t ForwardBatch::slot(int i, int64_t position) const {
 }
 
 namespace {
+// The vectorised checks below: on x86 also compiled for AVX-512 and AVX2, picked at load time;
+// elsewhere (Arm) once, for the baseline.
+#if defined(__x86_64__)
+#define ATTNKIT_X86_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ATTNKIT_X86_CLONES
+#endif
+
 template <typename T>
 void check_indptr(const char* field, const std::vector<T>& indptr, size_t expected_size) {
   ATTNKIT_CHECK(indptr.size() == expected_size, "batch: ", field, " must have ", expected_size,
@@ -59,9 +67,9 @@ void check_indptr(const char* field, const std::vector<T>& indptr, size_t expect
 // Page-table entries in range: one pass without branches (it vectorises; a check per entry cost
 // 58 us at 140k pages), then, only if one is out, the search for the first to name.
 // all_below: whether every entry, read as unsigned, is below `limit` (negative ones are not).
-// Compiled for AVX-512 and AVX2 as well, picked at load time: 140k entries in a few microseconds.
-__attribute__((target_clones("avx512f", "avx2", "default"))) bool all_below(const std::vector<int32_t>& v,
-                                                                             uint32_t limit) {
+// On x86 compiled for AVX-512 and AVX2 as well, picked at load time: 140k entries in a few
+// microseconds.
+ATTNKIT_X86_CLONES bool all_below(const std::vector<int32_t>& v, uint32_t limit) {
   uint32_t out = 0;
   const int32_t* data = v.data();
   const size_t n = v.size();
@@ -71,8 +79,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool all_below(cons
 // all_below while copying v to dst. The vector loop starts where dst is 64-byte aligned: a vector
 // store across two cache lines costs about two, and on the H200 machine's Xeon host the unaligned
 // loop copied the page table at half memcpy's rate.
-__attribute__((target_clones("avx512f", "avx2", "default"))) bool copy_all_below(const std::vector<int32_t>& v,
-                                                                                  uint32_t limit, int32_t* dst) {
+ATTNKIT_X86_CLONES bool copy_all_below(const std::vector<int32_t>& v, uint32_t limit, int32_t* dst) {
   uint32_t out = 0;
   const int32_t* data = v.data();
   const size_t n = v.size();
@@ -116,7 +123,7 @@ void check_custom_mask(const ForwardBatch& b) {
 // of one new token a request with at least one page each (a decode batch: the slot is the last
 // page's last one, no division), checked without a branch a request so that it vectorises; false
 // sends the caller to the checks that name what is wrong. Callers have checked the arrays' sizes.
-__attribute__((target_clones("avx512f", "avx2", "default"))) bool decode_requests_agree(
+ATTNKIT_X86_CLONES bool decode_requests_agree(
     int n, int page_size, const int32_t* qo, const int32_t* kvp, const int32_t* last_len, const int32_t* prefix,
     const int32_t* pages, const int64_t* loc) {
   int bad = 0;

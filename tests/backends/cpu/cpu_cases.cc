@@ -106,4 +106,29 @@ std::vector<harness::CheckCase> cpu_cases() {
   return cases;
 }
 
+std::vector<harness::CheckCase> cpu_small_cases() {
+  std::vector<harness::CheckCase> cases;
+  const AttentionSpec gqa = heads(4, 2, 64);
+  cases.push_back(make("small decode f32, split", gqa, DType::f32, {{600, 1}}));
+  cases.push_back(make("small decode bf16, two requests", gqa, DType::bf16, {{90, 1}, {33, 1}}));
+  cases.push_back(make("small decode f16, group 3, head_dim 96", heads(6, 2, 96), DType::f16, {{70, 1}}));
+  {
+    auto c = make("small decode e4m3, sinks, soft-cap", gqa, DType::bf16, {{80, 1}});
+    c.kv_dtype = DType::e4m3;
+    c.k_scale = 0.25f;
+    c.v_scale = 0.5f;
+    c.tolerance = 2e-2;
+    c.spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+    c.spec.logits_soft_cap = 20.0f;
+    cases.push_back(c);
+  }
+  cases.push_back(make("small extend f32", heads(2, 1, 64), DType::f32, {{20, 70}}));
+  {
+    auto c = make("small extend bf16, window", gqa, DType::bf16, {{10, 37}});
+    c.spec.window_left = 20;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 }  // namespace attnkit::cpu_test

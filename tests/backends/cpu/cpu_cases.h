@@ -11,4 +11,8 @@ namespace attnkit::cpu_test {
 
 std::vector<harness::CheckCase> cpu_cases();
 
+// A few small cases over the same kernels and dtypes (one split decode), for every target where
+// the CPU is emulated (scripts/test-arm.sh: qemu-aarch64 runs the kernels about 500 times slower).
+std::vector<harness::CheckCase> cpu_small_cases();
+
 }  // namespace attnkit::cpu_test

@@ -17,7 +17,7 @@ struct TargetGuard {
   ~TargetGuard() { set_cpu_target(""); }
 };
 
-TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
+void every_target_matches_reference(const std::vector<harness::CheckCase>& cases) {
   const TargetGuard guard;
   const std::vector<std::string> targets = cpu_targets();
   ASSERT_FALSE(targets.empty());
@@ -25,13 +25,20 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
     set_cpu_target(target);
     ASSERT_EQ(cpu_target(), target);
     std::cout << "[ target ] " << target << std::endl;
-    for (const harness::CheckCase& c : cpu_test::cpu_cases()) {
+    for (const harness::CheckCase& c : cases) {
       const harness::CheckResult r = harness::run_check("cpu", c);
       ASSERT_TRUE(r.skipped.empty()) << target << ", " << c.label << ": " << r.skipped;
       EXPECT_TRUE(r.passed) << target << ", " << c.label << ": rel error " << r.rel_err << " > " << r.tolerance
                             << "; " << r.message;
     }
   }
+}
+
+TEST(CpuTargets, EveryRunnableTargetMatchesReference) { every_target_matches_reference(cpu_test::cpu_cases()); }
+
+// The same on small cases: what an emulated CPU (qemu-aarch64) runs for each of its targets.
+TEST(CpuTargets, EveryRunnableTargetMatchesReferenceOnSmallCases) {
+  every_target_matches_reference(cpu_test::cpu_small_cases());
 }
 
 TEST(CpuTargets, BadNameListsTheTargets) {

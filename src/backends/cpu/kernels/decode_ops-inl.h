@@ -72,11 +72,11 @@ HWY_INLINE void qk_dot(const float* HWY_RESTRICT q, int dk, const KvT* const* ke
                        int stride) {
   const DF d;
   const int lanes = static_cast<int>(hn::Lanes(d));
-  VF acc[kTok][kHeads];
+  VecGrid<kTok, kHeads> acc;
   for (int k = 0; k < kTok; ++k)
     for (int h = 0; h < kHeads; ++h) acc[k][h] = hn::Zero(d);
   for (int e = 0; e < dk; e += 2 * lanes) {
-    VF k0[kTok], k1[kTok];
+    VecArray<kTok> k0, k1;
     for (int k = 0; k < kTok; ++k) load_pair(d, keys[k] + off + e, k0[k], k1[k]);
     for (int h = 0; h < kHeads; ++h) {
       const VF q0 = hn::LoadU(d, q + int64_t{h} * dk + e);
@@ -97,12 +97,12 @@ HWY_INLINE void qk_dot(const float* HWY_RESTRICT q, int dk, const KvT* const* ke
       s[(h + 1) * stride + 1] = four[3];
     }
     if (h < kHeads) {
-      s[h * stride] = hn::GetLane(hn::SumOfLanes(d, acc[0][h]));
-      s[h * stride + 1] = hn::GetLane(hn::SumOfLanes(d, acc[1][h]));
+      s[h * stride] = hn::GetLane(hn::SumOfLanes(d, VF(acc[0][h])));
+      s[h * stride + 1] = hn::GetLane(hn::SumOfLanes(d, VF(acc[1][h])));
     }
   } else {
     for (int k = 0; k < kTok; ++k)
-      for (int h = 0; h < kHeads; ++h) s[h * stride + k] = hn::GetLane(hn::SumOfLanes(d, acc[k][h]));
+      for (int h = 0; h < kHeads; ++h) s[h * stride + k] = hn::GetLane(hn::SumOfLanes(d, VF(acc[k][h])));
   }
 }
 
@@ -164,14 +164,14 @@ HWY_INLINE void pv_dot(float* HWY_RESTRICT o, int dv, const float* alpha, const 
   const DF d;
   const int lanes = static_cast<int>(hn::Lanes(d));
   constexpr int kVecs = 2 * kPairs;
-  VF acc[kHeads][kVecs];
+  VecGrid<kHeads, kVecs> acc;
   for (int h = 0; h < kHeads; ++h) {
     const VF a = hn::Set(d, alpha[h]);
     for (int c = 0; c < kVecs; ++c) acc[h][c] = hn::Mul(hn::LoadU(d, o + int64_t{h} * dv + c0 + c * lanes), a);
   }
   for (int k = 0; k < nt; ++k) {
     pf.lines(k, line_begin, line_end);
-    VF vv[kVecs];
+    VecArray<kVecs> vv;
     for (int c = 0; c < kPairs; ++c) load_pair(d, vals[k] + c0 + 2 * c * lanes, vv[2 * c], vv[2 * c + 1]);
     for (int h = 0; h < kHeads; ++h) {
       const VF ph = hn::Set(d, pr[h * stride + k]);

@@ -108,13 +108,13 @@ template <int kTok, int kVecs>
 HWY_INLINE void qk_micro(const RowsTiles& t, int t0, int r0) {
   const DF d;
   const int lanes = static_cast<int>(hn::Lanes(d));
-  VF acc[kTok][kVecs];
+  VecGrid<kTok, kVecs> acc;
   for (int k = 0; k < kTok; ++k)
     for (int v = 0; v < kVecs; ++v) acc[k][v] = hn::Zero(d);
   const float* q = t.qt + r0;
   const float* kr = t.kt + int64_t{t0} * t.k_stride;
   for (int e = 0; e < t.dk; ++e) {
-    VF qv[kVecs];
+    VecArray<kVecs> qv;
     for (int v = 0; v < kVecs; ++v) qv[v] = hn::LoadU(d, q + int64_t{e} * t.m_pad + v * lanes);
     for (int k = 0; k < kTok; ++k) {
       const VF kk = hn::Set(d, kr[int64_t{k} * t.k_stride + e]);
@@ -225,13 +225,13 @@ HWY_INLINE void pv_micro(const RowsTiles& t, const float* v, int v_stride, int n
   const DF d;
   const int lanes = static_cast<int>(hn::Lanes(d));
   constexpr int kRows = 4;
-  VF acc[kRows][kVecs];
+  VecGrid<kRows, kVecs> acc;
   for (int i = 0; i < kRows; ++i) {
     const VF a = hn::Set(d, t.alpha[r0 + i]);
     for (int c = 0; c < kVecs; ++c) acc[i][c] = hn::Mul(hn::LoadU(d, t.o + int64_t{r0 + i} * t.dv_pad + c0 + c * lanes), a);
   }
   for (int k = 0; k < nk; ++k) {
-    VF vv[kVecs];
+    VecArray<kVecs> vv;
     for (int c = 0; c < kVecs; ++c) vv[c] = hn::LoadU(d, v + int64_t{k} * v_stride + c0 + c * lanes);
     const float* pk = t.st + int64_t{k} * t.m_pad + r0;
     for (int i = 0; i < kRows; ++i) {

@@ -24,6 +24,49 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// Arrays of vectors, for the micro-kernels' accumulators and operands: VecArray<N> a; a[i] = v;
+// VecGrid<A, B> g; g[i][j] = v. Plain arrays of VF, except on SVE, whose vector types are sizeless
+// and form no arrays: there each element is a vector's worth of floats in memory, read and written
+// through a reference (VF(a[i]) where a template wants a vector).
+#if HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128
+class VecRef {
+ public:
+  explicit VecRef(float* p) : p_(p) {}
+  operator VF() const { return hn::LoadU(DF(), p_); }  // NOLINT: a vector where one is wanted
+  VecRef& operator=(VF v) {
+    hn::StoreU(v, DF(), p_);
+    return *this;
+  }
+  VecRef& operator=(const VecRef& r) { return *this = VF(r); }
+
+ private:
+  float* p_;
+};
+
+template <int N>
+class VecArray {
+ public:
+  VecRef operator[](int i) { return VecRef(buf_ + i * hn::Lanes(DF())); }
+
+ private:
+  float buf_[N * (HWY_MAX_BYTES / sizeof(float))];
+};
+
+template <int A, int B>
+class VecGrid {
+ public:
+  VecArray<B>& operator[](int i) { return rows_[i]; }
+
+ private:
+  VecArray<B> rows_[A];
+};
+#else
+template <int N>
+using VecArray = VF[N];
+template <int A, int B>
+using VecGrid = VF[A][B];
+#endif
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // e4m3 magnitude bits placed at an f32's exponent/mantissa position read 2^120 too small (exponent
 // bias 127 against 7): one exact multiply restores the value, e4m3 subnormals included.
@@ -69,6 +112,16 @@ HWY_INLINE void load_pair(DF d, const hwy::bfloat16_t* HWY_RESTRICT p, VF& even,
   even = hn::BitCast(d, hn::ShiftLeft<16>(raw));
   odd = hn::BitCast(d, hn::And(raw, hn::Set(du, 0xFFFF0000u)));
 }
+
+#if HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128
+template <typename T>
+HWY_INLINE void load_pair(DF d, const T* HWY_RESTRICT p, VecRef first, VecRef second) {
+  VF a, b;
+  load_pair(d, p, a, b);
+  first = a;
+  second = b;
+}
+#endif
 
 template <typename T>
 constexpr bool kPairsInterleaved = std::is_same_v<T, hwy::bfloat16_t>;
