@@ -1,6 +1,6 @@
 # Cross-compiles attnkit for 64-bit Arm Linux on an x86-64 Debian machine, with Debian's cross
 # compiler (g++-aarch64-linux-gnu) and arm64 libraries installed beside the native ones (multiarch:
-# libhwy-dev:arm64, libgtest-dev:arm64; scripts/setup.sh --arm). Built executables run under
+# libhwy-dev:arm64, libgtest-dev:arm64: scripts/setup.sh installs them). Built executables run under
 # qemu-aarch64, through CTest too; the CPU it emulates is ATTNKIT_QEMU_CPU ("max": NEON, SVE, SVE2).
 #   cmake -S . -B build-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DATTNKIT_WITH_CUDA=OFF
 set(CMAKE_SYSTEM_NAME Linux)
