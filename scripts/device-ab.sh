@@ -6,7 +6,7 @@
 #
 # DIST_A and DIST_B are folders staged like dist/ (attnkit and lib/libattnkit.so; build-for-device.sh
 # makes one). Shapes are bench/peers/shapes.py names (default: every decode shape). JSON per round and
-# the table go to $OUT (or ./out). AB_TESTS="x_tests y_tests": run those test executables of
+# the table go to ./out (or the folder the variable OUT names). AB_TESTS="x_tests y_tests": run those test executables of
 # DIST_A/tests first with DIST_B's library (a B that keeps A's interface is then tested too).
 # AB_ENV_A / AB_ENV_B: environment assignments for one side's runs (one build, two settings:
 # DIST_A and DIST_B may then be the same folder).

@@ -8,7 +8,7 @@
 # Environment: TEST_TIMEOUT (s a test executable, 300), BENCH_MAX_SECONDS (a backend and shape, 10),
 # PEERS_TIMEOUT (s for all peers, 480), FLEX_SHAPES ("NAME;NAME": where FlexAttention is compiled
 # and timed), PEERS_ARGS (more run_peers.py options).
-# Full logs go to $OUT (or ./out): device-check.log, tests.log, attnkit.json, peers.json,
+# Full logs go to ./out (or the folder the variable OUT names): device-check.log, tests.log, attnkit.json, peers.json,
 # summary.md, sanitizer.log, flashinfer-aot.tar.xz (FlashInfer's compiled modules, for reuse).
 set -uo pipefail
 

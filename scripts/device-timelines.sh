@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: one planned decode per shape with --decode-timeline, and the
-# per-CTA timeline of each read back by decode-timeline.py (CSV files in $OUT, or ./out).
+# per-CTA timeline of each read back by decode-timeline.py (CSV files in ./out, or the folder the variable OUT names).
 #
 #   scripts/device-timelines.sh [DIST] [--shapes "NAME;NAME"]     (default: dist, every decode shape)
 set -uo pipefail
