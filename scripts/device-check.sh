@@ -39,6 +39,23 @@ shape_opts=()
 if [[ -n "$shapes_arg" ]]; then IFS=';' read -r -a shapes <<<"$shapes_arg"; shape_opts=(--shapes "${shapes[@]}"); fi
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
+peers_installed=0
+# FlashInfer's wheels from .whl/ into /tmp/site (once), with the modules an earlier run compiled.
+install_peers() {
+  [[ $peers_installed == 1 ]] && return
+  peers_installed=1
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || note "wheel install FAILED"
+    # Modules compiled by an earlier run (run_peers.py --save-aot) load without compiling again.
+    if [[ -f .whl/flashinfer-aot.tar.xz ]]; then
+      mkdir -p /tmp/site/flashinfer/data/aot && tar -xJf .whl/flashinfer-aot.tar.xz -C /tmp/site/flashinfer/data/aot
+    fi
+  else
+    echo "no .whl/: FlashInfer peers are skipped (run scripts/fetch-third-party.sh where pip works)"
+  fi
+  export FLASHINFER_WORKSPACE_BASE=/tmp PYTHONUNBUFFERED=1
+}
 section() { echo; echo "==================== $1 ($(date -u +%H:%M:%S))"; }
 
 section "device"
@@ -66,6 +83,10 @@ if ldd "$tool" | grep "not found"; then note "missing shared libraries for $tool
 "$tool" list || note "attnkit list FAILED"
 gpu_backends="${backends_arg:-$("$tool" list 2>/dev/null | awk 'NR > 1 && $2 == "cuda" {print $1}' | paste -sd' ')}"
 echo "GPU backends: ${gpu_backends:-none}"
+# `mla` serves only MLA models: it is checked and timed on deepseek-v3 in its own section.
+run_mla=0
+[[ " $gpu_backends " == *" mla "* ]] && run_mla=1
+gpu_backends=$(echo "$gpu_backends" | tr ' ' '\n' | grep -vx mla | paste -sd' ')
 
 if [[ $run_tests == 1 ]]; then
   section "tests"
@@ -95,26 +116,28 @@ if [[ $run_check == 1 ]]; then
   done
 fi
 
-if [[ $run_bench == 1 ]]; then
+if [[ $run_mla == 1 && $run_check == 1 ]]; then
+  section "mla check (deepseek-v3, 16 and 128 heads)"
+  for h in 16 128; do
+    if timeout "${MLA_CHECK_TIMEOUT:-180}" "$tool" check --backend mla --preset deepseek-v3 --heads "$h" \
+        --cases "${MLA_CASES:-12}" --standard; then
+      note "check mla, $h heads: ok"
+    else
+      note "check mla, $h heads: FAILED"
+    fi
+  done
+fi
+
+if [[ $run_bench == 1 && -n "$gpu_backends" ]]; then
   section "attnkit bench"
   python3 bench/run_attnkit.py --tool "$tool" --json "$out/attnkit.json" --ceilings \
     --max-seconds "${BENCH_MAX_SECONDS:-10}" \
     --backends $gpu_backends "${shape_opts[@]}" || note "attnkit bench FAILED"
 fi
 
-if [[ $run_peers == 1 ]]; then
+if [[ $run_peers == 1 && -n "$gpu_backends" ]]; then
   section "peers"
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
-      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || note "wheel install FAILED"
-    # Modules compiled by an earlier run (run_peers.py --save-aot) load without compiling again.
-    if [[ -f .whl/flashinfer-aot.tar.xz ]]; then
-      mkdir -p /tmp/site/flashinfer/data/aot && tar -xJf .whl/flashinfer-aot.tar.xz -C /tmp/site/flashinfer/data/aot
-    fi
-  else
-    echo "no .whl/: FlashInfer peers are skipped (run scripts/fetch-third-party.sh where pip works)"
-  fi
-  export FLASHINFER_WORKSPACE_BASE=/tmp PYTHONUNBUFFERED=1
+  install_peers
   peers_opts=()
   if [[ -n "${FLEX_SHAPES:-}" ]]; then IFS=';' read -r -a fs <<<"$FLEX_SHAPES"; peers_opts=(--flex-shapes "${fs[@]}"); fi
   # shellcheck disable=SC2086 # PEERS_ARGS is a list of options
@@ -147,6 +170,15 @@ if [[ $sanitize == 1 ]]; then
   done
 fi
 
+if [[ $run_mla == 1 && $run_bench == 1 ]]; then
+  section "mla bench and FlashInfer's MLA wrapper"
+  mla_opts=()
+  if [[ $run_peers == 1 ]]; then install_peers; else mla_opts=(--no-peer); fi
+  timeout "${MLA_TIMEOUT:-420}" python3 bench/peers/mla.py --tool "$tool" --json "$out/mla.json" \
+    --markdown "$out/mla.md" "${mla_opts[@]}" || note "mla bench FAILED or timed out"
+  [[ -f "$out/mla.md" ]] && while read -r line; do note "mla $line"; done < <(grep -E '^\| (decode|verify|extend)' "$out/mla.md")
+fi
+
 section "summary"
 printf '%s\n' "${summary[@]}"
-python3 bench/summarize.py --attnkit "$out/attnkit.json" --peers "$out/peers.json" --markdown "$out/summary.md"
+[[ -f "$out/attnkit.json" ]] && python3 bench/summarize.py --attnkit "$out/attnkit.json" --peers "$out/peers.json" --markdown "$out/summary.md"

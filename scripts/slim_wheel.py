@@ -17,15 +17,15 @@ import zipfile
 
 PKG = "flashinfer"
 # Entry modules whose import closure is kept: the package itself and the wrappers the peers use.
-ENTRIES = ["flashinfer", "flashinfer.decode", "flashinfer.prefill", "flashinfer.page"]
+ENTRIES = ["flashinfer", "flashinfer.decode", "flashinfer.prefill", "flashinfer.page", "flashinfer.mla"]
 # Whole trees kept: the JIT generator and the headers and templates it compiles against.
 KEEP_TREES = ["flashinfer/jit/", "flashinfer/data/include/", "flashinfer/data/cutlass/",
               "flashinfer/data/cccl/", "flashinfer/data/spdlog/"]
 # Manifests and notes some modules read when imported (small; kept everywhere).
 KEEP_SUFFIXES = (".json", ".txt", ".typed", ".md")
-# Kernel sources of the decode and prefill modules (fa2 and fa3), plus every top-level header.
+# Kernel sources of the decode, prefill and MLA modules (fa2 and fa3), plus every top-level header.
 CSRC_KEEP = re.compile(r"^flashinfer/data/csrc/([^/]*\.(h|cuh|hpp|inc)|"
-                       r"(batch_decode|batch_prefill|single_decode|single_prefill|page|pod|batch_pod|"
+                       r"(batch_decode|batch_prefill|batch_mla|single_decode|single_prefill|page|pod|batch_pod|"
                        r"cascade|tvm_ffi)[^/]*)$")
 
 

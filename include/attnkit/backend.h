@@ -27,8 +27,10 @@ struct Capabilities {
   int max_head_dim = 0;              // with head_dims empty: head_dim_qk and head_dim_vo at most this (0: any)
   bool mla = false;                  // MLA (absorbed form)
   std::vector<int> mla_dims;         // supported kv_lora_rank values for MLA; empty: any
+  std::vector<int> mla_rope_dims;    // supported qk_rope_head_dim values for MLA; empty: any
   int min_page_size = 1;
   int max_page_size = 256;
+  std::vector<int> page_sizes;       // the page sizes served, all in min..max; empty: every size in min..max
   bool extend = true;
   bool decode = true;
   bool mixed = true;

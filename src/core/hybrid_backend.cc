@@ -40,6 +40,10 @@ class HybridBackend final : public DelegatingBackend {
     c.mla = p.mla && d.mla;
     if (p.mla_dims.empty()) c.mla_dims = d.mla_dims;
     else if (!d.mla_dims.empty()) c.mla_dims = both(p.mla_dims, d.mla_dims);
+    if (p.mla_rope_dims.empty()) c.mla_rope_dims = d.mla_rope_dims;
+    else if (!d.mla_rope_dims.empty()) c.mla_rope_dims = both(p.mla_rope_dims, d.mla_rope_dims);
+    if (p.page_sizes.empty()) c.page_sizes = d.page_sizes;
+    else if (!d.page_sizes.empty()) c.page_sizes = both(p.page_sizes, d.page_sizes);
     c.min_page_size = std::max(p.min_page_size, d.min_page_size);
     c.max_page_size = std::min(p.max_page_size, d.max_page_size);
     c.decode = d.decode;

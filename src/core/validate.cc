@@ -39,10 +39,16 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
   if (cache.page_size < caps.min_page_size || cache.page_size > caps.max_page_size) {
     return concat("page_size must be in ", caps.min_page_size, "..", caps.max_page_size, ", got ", cache.page_size);
   }
+  if (!caps.page_sizes.empty() && !contains(caps.page_sizes, cache.page_size)) {
+    return concat("page_size must be one of ", list(caps.page_sizes), ", got ", cache.page_size);
+  }
   if (spec.is_mla()) {
     if (!caps.mla) return "MLA is not supported";
     if (!caps.mla_dims.empty() && !contains(caps.mla_dims, spec.kv_lora_rank)) {
       return concat("MLA kv_lora_rank must be one of ", list(caps.mla_dims), ", got ", spec.kv_lora_rank);
+    }
+    if (!caps.mla_rope_dims.empty() && !contains(caps.mla_rope_dims, spec.qk_rope_head_dim)) {
+      return concat("MLA qk_rope_head_dim must be one of ", list(caps.mla_rope_dims), ", got ", spec.qk_rope_head_dim);
     }
   } else {
     if (!caps.mha) return "only MLA is supported";

@@ -1,4 +1,5 @@
 // The conformance table every backend runs, and random cases drawn within a backend's capabilities.
+#include <algorithm>
 #include <random>
 
 #include "harness/check.h"
@@ -78,9 +79,11 @@ std::vector<CheckCase> random_cases(const ModelSpec& model, const Capabilities& 
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   std::vector<int> page_sizes;
   for (int p : {1, 2, 16, 64, 256}) {
-    if (p >= caps.min_page_size && p <= caps.max_page_size) page_sizes.push_back(p);
+    const bool listed = caps.page_sizes.empty() ||
+                        std::find(caps.page_sizes.begin(), caps.page_sizes.end(), p) != caps.page_sizes.end();
+    if (p >= caps.min_page_size && p <= caps.max_page_size && listed) page_sizes.push_back(p);
   }
-  if (page_sizes.empty()) page_sizes.push_back(caps.min_page_size);
+  if (page_sizes.empty()) page_sizes.push_back(caps.page_sizes.empty() ? caps.min_page_size : caps.page_sizes.front());
   std::vector<CheckCase> cases;
   for (int i = 0; i < count; ++i) {
     CheckCase c;

@@ -41,6 +41,7 @@ struct Options {
   std::string decode_join = "all-wait";
   bool cpu_bf16_dot = true;
   std::string decode_timeline;
+  int heads = 0;          // 0: the preset's
 };
 
 harness::Phase parse_phase(const std::string& p) {
@@ -128,21 +129,23 @@ std::function<int()> add_bench(CLI::App& app) {
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
   cmd->add_flag("--ceilings", o->ceilings, "Measure this machine's read bandwidth and matrix/FMA rate, and report fractions");
+  add_heads_option(*cmd, &o->heads);
   add_threads_option(*cmd);
   return [o] {
+    const ModelSpec model = with_qo_heads(make_preset(o->preset), o->heads);
     const harness::Phase phase = parse_phase(o->phase);
     const int batch = o->batch ? o->batch : (phase == harness::Phase::prefill ? 1 : 8);
     const int64_t kv_len = o->kv_len ? o->kv_len : (phase == harness::Phase::prefill ? 512 : 4096);
     harness::Workload w =
         o->requests.empty()
-            ? harness::make_workload(make_preset(o->preset), phase, batch, kv_len, o->page_size, parse_dtype(o->dtype))
-            : harness::make_workload(make_preset(o->preset), phase, o->requests, o->page_size, parse_dtype(o->dtype));
+            ? harness::make_workload(model, phase, batch, kv_len, o->page_size, parse_dtype(o->dtype))
+            : harness::make_workload(model, phase, o->requests, o->page_size, parse_dtype(o->dtype));
     if (o->non_causal) {
       w.model.layers[0].causal = false;
       w.label += " full";
     }
     if (!o->kv_dtype.empty()) w.kv_dtype = parse_dtype(o->kv_dtype);
-    w.label = o->preset + " " + w.label;
+    w.label = model.name + " " + w.label;
     harness::BenchOptions opt;
     opt.warmup = o->warmup;
     opt.repeats = o->repeats;

@@ -104,9 +104,13 @@ std::function<int()> add_list(CLI::App& app) {
     for (const BackendInfo& b : registry.all()) {
       const std::string why = b.why_unavailable ? b.why_unavailable() : std::string();
       const Capabilities c = b.capabilities();
-      const std::string pages = std::to_string(c.min_page_size) + ".." + std::to_string(c.max_page_size);
-      const std::string dims = c.head_dims.empty() && c.max_head_dim > 0 ? "<=" + std::to_string(c.max_head_dim)
-                                                                         : join_ints(c.head_dims, "any");
+      const std::string pages = c.page_sizes.empty()
+                                    ? std::to_string(c.min_page_size) + ".." + std::to_string(c.max_page_size)
+                                    : join_ints(c.page_sizes, "any");
+      // An MLA-only backend's dims are its latent's: kv_lora_rank + rope.
+      const std::string dims = !c.mha && c.mla ? join_ints(c.mla_dims, "any") + "+" + join_ints(c.mla_rope_dims, "any")
+                               : c.head_dims.empty() && c.max_head_dim > 0 ? "<=" + std::to_string(c.max_head_dim)
+                                                                           : join_ints(c.head_dims, "any");
       rows.push_back({b.name, std::string(device_name(b.device)), why.empty() ? "yes" : "no (below)",
                       join(dtype_names(c.q_dtypes), ","), join(dtype_names(c.kv_dtypes), ","), dims, pages,
                       join(features(c), " ")});
@@ -123,6 +127,8 @@ std::function<int()> add_list(CLI::App& app) {
                      {"head_dims", sizes_or_any(c.head_dims)},
                      {"max_head_dim", max_dim > 0 ? nlohmann::json(max_dim) : nlohmann::json("any")},
                      {"mla_dims", c.mla ? sizes_or_any(c.mla_dims) : nlohmann::json::array()},
+                     {"mla_rope_dims", c.mla ? sizes_or_any(c.mla_rope_dims) : nlohmann::json::array()},
+                     {"page_sizes", sizes_or_any(c.page_sizes)},
                      {"min_page_size", c.min_page_size},
                      {"max_page_size", c.max_page_size},
                      {"features", features(c)}});

@@ -98,6 +98,22 @@ void add_threads_option(CLI::App& cmd) {
       ->check(whole_number(1, 1024));
 }
 
+void add_heads_option(CLI::App& cmd, int* heads) {
+  cmd.add_option("--heads", *heads, "Query heads of every layer (default: the preset's)")->check(whole_number(1, 1024));
+}
+
+ModelSpec with_qo_heads(ModelSpec model, int heads) {
+  if (heads == 0) return model;
+  for (AttentionSpec& s : model.layers) {
+    ATTNKIT_CHECK(heads % s.num_kv_heads == 0, "--heads must be a multiple of the preset's ", s.num_kv_heads,
+                  " KV heads, got ", heads);
+    s.num_qo_heads = heads;
+    if (!s.sinks.empty()) s.sinks.resize(static_cast<size_t>(heads), s.sinks.back());
+  }
+  model.name += "-h" + std::to_string(heads);
+  return model;
+}
+
 void add_cpu_target_option(CLI::App& cmd) {
   std::vector<std::string> targets = cpu_targets();
   targets.push_back("best");

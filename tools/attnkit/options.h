@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "attnkit/spec.h"
+
 namespace attnkit::tool {
 
 // A trace: "builtin" or a file that exists (not a folder).
@@ -26,6 +28,13 @@ CLI::Validator unsigned_integer();
 void add_threads_option(CLI::App& cmd);
 // --cpu-target NAME: the `cpu` kernels' SIMD target (attnkit/cpu_target.h), set as it is parsed.
 void add_cpu_target_option(CLI::App& cmd);
+
+// Adds --heads N to a subcommand: every layer of the preset with N query heads (e.g. deepseek-v3's
+// 128 as 16, the share of one GPU at tensor parallelism 8); 0 keeps the preset's.
+void add_heads_option(CLI::App& cmd, int* heads);
+// `model` with `heads` query heads on every layer (0: unchanged); throws attnkit::Error where the
+// KV heads do not divide them.
+ModelSpec with_qo_heads(ModelSpec model, int heads);
 
 // A backend the user named on its own must run here: throws attnkit::Error with the reason where it
 // cannot (`all` passes over such backends instead).

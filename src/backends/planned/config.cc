@@ -1,33 +1,12 @@
 #include "backends/planned/config.h"
 
-#include <algorithm>
-
 #include "attnkit/error.h"
+#include "core/support_text.h"
 
 namespace attnkit::planned {
 
-namespace {
-
-template <typename List>
-std::string list_text(const List& list) {
-  std::string s;
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (i > 0) s += i + 1 == list.size() ? " or " : ", ";
-    if constexpr (std::is_same_v<typename List::value_type, DType>) {
-      s += dtype_name(list[i]);
-    } else {
-      s += std::to_string(list[i]);
-    }
-  }
-  return s;
-}
-
-template <typename List, typename T>
-bool contains(const List& list, T value) {
-  return std::find(list.begin(), list.end(), value) != list.end();
-}
-
-}  // namespace
+using support::contains;
+using support::list_text;
 
 std::string why_unsupported(const KernelKey& key, int page_size) {
   if (!contains(Support::head_dims, key.head_dim)) {

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/row_math.cuh"
+
 namespace attnkit::planned::tile {
 
 // A shared tile row is head_dim elements of 2 bytes, cut in 16-byte chunks. Chunk c of row r is
@@ -137,20 +139,9 @@ __device__ __forceinline__ void convert16(const uint4& raw, uint32_t* out) {
   }
 }
 
-// Maximum / sum over the 4 lanes of a quad: they hold one accumulator row between them.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+// Row maxima and sums over a quad's 4 lanes, and exp2 (cuda/row_math.cuh).
+using ::attnkit::cuda::fast_exp2;
+using ::attnkit::cuda::quad_max;
+using ::attnkit::cuda::quad_sum;
 
 }  // namespace attnkit::planned::tile

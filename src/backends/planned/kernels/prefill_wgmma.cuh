@@ -9,46 +9,16 @@
 #include <cstdint>
 #include <type_traits>
 
-// wgmma exists only in sm_90a code; other targets compile a trap (the launcher refuses them first).
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTNKIT_PREFILL_NO_WGMMA 1
-#endif
+#include "cuda/wgmma.cuh"
+
 
 namespace attnkit::planned::wgmma {
 
-// A descriptor of a tile stored as swizzle_blocked lays out: rows of 128 bytes (64 elements) with
-// 16-byte chunks XOR-swizzled by row % 8, 8-row groups 1024 bytes apart, and column blocks of 64
-// elements `block_bytes` apart. K-major operands (Q, K: the reduction runs along the row) step
-// through a column block 32 bytes at a time; the MN-major operand (V: the reduction runs down the
-// rows) steps 16 rows = 2048 bytes at a time, and its leading offset is the next column block.
-__device__ __forceinline__ uint64_t make_desc(uint32_t s_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
-  constexpr uint64_t kSwizzle128 = 1;
-  return (uint64_t{(s_addr & 0x3ffff) >> 4}) | (uint64_t{(leading_bytes >> 4) & 0x3fff} << 16) |
-         (uint64_t{(stride_bytes >> 4) & 0x3fff} << 32) | (kSwizzle128 << 62);
-}
-
-#ifndef ATTNKIT_PREFILL_NO_WGMMA
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-#else
-__device__ __forceinline__ void fence() {}
-__device__ __forceinline__ void commit() {}
-__device__ __forceinline__ void wait_all() {}
-#endif
-// Shared memory written by the generic proxy (cp.async, st.shared) must be fenced before the async
-// proxy (wgmma) reads it.
-__device__ __forceinline__ void fence_proxy_async() {
-#ifndef ATTNKIT_PREFILL_NO_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// Keeps the compiler from moving accumulator reads or writes across an in-flight wgmma.
-template <int kN>
-__device__ __forceinline__ void fence_regs(float (&d)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+// The descriptor, fences and waits (cuda/wgmma.cuh). A tile stored as swizzle_blocked lays out
+// rows of 128 bytes (64 elements), 8-row groups 1024 bytes apart and column blocks of 64 elements
+// `block_bytes` apart: K-major operands (Q, K) step through a column block 32 bytes at a time; the
+// MN-major operand (V) steps 16 rows = 2048 bytes at a time, its leading offset the next block.
+using namespace ::attnkit::cuda::wgmma;  // NOLINT(google-build-using-namespace): the shared basics
 
 // The accumulator operands of an m64nN f32 wgmma: N / 2 registers a thread.
 #define ATTNKIT_PREFILL_ACC32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -58,7 +28,7 @@ __device__ __forceinline__ void fence_regs(float (&d)[kN]) {
 
 template <typename T>
 __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-#ifndef ATTNKIT_PREFILL_NO_WGMMA
+#ifndef ATTNKIT_NO_SM90A
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  ATTNKIT_PREFILL_ACC32_REGS ", %32, %33, p, 1, 1, 0, 0;\n}\n"
@@ -75,7 +45,7 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t desc_a, ui
 
 template <typename T>
 __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-#ifndef ATTNKIT_PREFILL_NO_WGMMA
+#ifndef ATTNKIT_NO_SM90A
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
                  ATTNKIT_PREFILL_ACC64_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
@@ -92,7 +62,7 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 
 template <typename T>
 __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
-#ifndef ATTNKIT_PREFILL_NO_WGMMA
+#ifndef ATTNKIT_NO_SM90A
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  ATTNKIT_PREFILL_ACC32_REGS ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
@@ -109,7 +79,7 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
 
 template <typename T>
 __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-#ifndef ATTNKIT_PREFILL_NO_WGMMA
+#ifndef ATTNKIT_NO_SM90A
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
                  ATTNKIT_PREFILL_ACC64_REGS ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"

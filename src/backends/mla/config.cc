@@ -1,0 +1,47 @@
+#include "backends/mla/config.h"
+
+#include "attnkit/error.h"
+#include "core/support_text.h"
+
+namespace attnkit::mla {
+
+using support::contains;
+using support::list_text;
+
+std::string why_unsupported(int page_size, DType q_dtype, DType kv_dtype) {
+  if (!contains(Support::page_sizes, page_size)) {
+    return detail::concat("page_size must be ", list_text(Support::page_sizes), ", got ", page_size);
+  }
+  if (!contains(Support::q_dtypes, q_dtype)) {
+    return detail::concat("q dtype must be ", list_text(Support::q_dtypes), ", got ", dtype_name(q_dtype));
+  }
+  if (!contains(Support::kv_dtypes, kv_dtype)) {
+    return detail::concat("cache dtype must be ", list_text(Support::kv_dtypes), ", got ", dtype_name(kv_dtype));
+  }
+  return {};
+}
+
+void check_supported(int page_size, DType q_dtype, DType kv_dtype, const char* who) {
+  const std::string why = why_unsupported(page_size, q_dtype, kv_dtype);
+  ATTNKIT_CHECK(why.empty(), "mla ", who, ": ", why);
+}
+
+Capabilities capabilities() {
+  Capabilities c;
+  c.device = Device::cuda;
+  c.q_dtypes.assign(Support::q_dtypes.begin(), Support::q_dtypes.end());
+  c.kv_dtypes.assign(Support::kv_dtypes.begin(), Support::kv_dtypes.end());
+  c.mla = true;
+  c.mla_dims = {Support::kv_lora_rank};
+  c.mla_rope_dims = {Support::rope_dim};
+  c.page_sizes.assign(Support::page_sizes.begin(), Support::page_sizes.end());
+  c.min_page_size = Support::page_sizes.front();
+  c.max_page_size = Support::page_sizes.back();
+  c.mha = false;
+  c.sinks = false;
+  c.custom_mask = false;
+  c.cuda_graph = false;
+  return c;
+}
+
+}  // namespace attnkit::mla

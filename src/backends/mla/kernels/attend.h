@@ -1,0 +1,38 @@
+// The `mla` backend's kernels: one attention kernel for decode, speculative-verify and extend rows
+// alike (a CTA takes 64 query rows of one request against its paged latent history; K tiles come
+// by TMA, both products run on wgmma), and the combine kernel that joins a row tile's splits.
+// The mainloop is attend_kernel.cuh; the tensor map, launchers and combine are attend.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "attnkit/layer_params.h"
+#include "backends/mla/plan.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace attnkit::mla {
+
+// A CUtensorMap (cuda.h), held as opaque bytes so that host headers need no driver header: the
+// latent pool of one layer as a 2-D tensor [num_slots, 576] bf16, read in 64 x min(page_size, 64)
+// boxes with 128-byte swizzle.
+struct alignas(64) LatentMap {
+  unsigned char bytes[128];
+};
+LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size);
+
+struct AttendParams : LayerParams {
+  const void* q = nullptr;  // [num_tokens * num_qo_heads, 576] bf16, rows contiguous
+  void* out = nullptr;      // [num_tokens * num_qo_heads, 512] bf16
+  const WorkItem* work = nullptr;
+  int num_work = 0;
+  const int32_t* page_indices = nullptr;  // the batch's kv_page_indices, on the device
+  float* partial_o = nullptr;    // [num_partials, 64, 512]: split items' normalised rows
+  float* partial_lse = nullptr;  // [num_partials, 64] natural log
+  const MergeItem* merges = nullptr;
+  int num_merges = 0;
+};
+
+void launch_attend(const AttendParams& p, const LatentMap& map, cudaStream_t stream);
+
+}  // namespace attnkit::mla
