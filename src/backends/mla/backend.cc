@@ -52,27 +52,73 @@ MlaBackend::MlaBackend(const BackendContext& context) : AttentionBackend(context
 
 void MlaBackend::synchronize() { ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
-size_t MlaBackend::workspace_bytes() const { return arena_.nbytes() + partials_.nbytes(); }
+size_t MlaBackend::workspace_bytes() const {
+  return dynamic_.plan.nbytes() + dynamic_.partials.nbytes() + graph_.plan.nbytes() + graph_.partials.nbytes();
+}
+
+MlaBackend::Layout::Layout(const Sizes& n) {
+  loc = 256;  // after the counts
+  work = loc + align_up(static_cast<size_t>(n.tokens) * sizeof(int64_t));
+  merges = work + align_up(static_cast<size_t>(n.work) * sizeof(mla::WorkItem));
+  pages = merges + align_up(static_cast<size_t>(n.merges) * sizeof(mla::MergeItem));
+  total = pages + align_up(static_cast<size_t>(n.pages) * sizeof(int32_t));
+}
+
+namespace {
+
+size_t partial_bytes(int64_t partials) {
+  return static_cast<size_t>(partials) * mla::kTileRows * (mla::kHeadDimVo + 1) * sizeof(float);
+}
+
+}  // namespace
+
+void MlaBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages) {
+  ATTNKIT_CHECK(max_batch_size >= 1, "mla init_cuda_graph_state: max_batch_size must be >= 1, got ", max_batch_size);
+  ATTNKIT_CHECK(max_num_pages >= 1, "mla init_cuda_graph_state: max_num_pages must be >= 1, got ", max_num_pages);
+  // A decode token's rows (its heads) span ceil(heads / 64) row tiles. The plan splits a row tile
+  // into pieces of exactly `chunk` tiles, chunk >= total / num_ctas, and one shorter rest: at most
+  // num_ctas full pieces in all plus one rest a row tile; every split piece has a partial.
+  Sizes b;
+  b.tokens = max_batch_size;
+  const int64_t row_tiles = int64_t{max_batch_size} * ((shape_.num_qo_heads + mla::kTileRows - 1) / mla::kTileRows);
+  b.work = row_tiles + shape_.num_ctas;
+  b.merges = row_tiles;
+  b.partials = b.work;
+  b.pages = max_num_pages;
+  graph_.layout = Layout(b);
+  graph_.plan = Buffer(Device::cuda, graph_.layout.total);
+  graph_.partials = Buffer(Device::cuda, partial_bytes(b.partials));
+  graph_bounds_ = b;
+}
 
 void MlaBackend::plan(const ForwardBatch& batch) {
   const KvCacheConfig& c = cache().config();
   mla::check_supported(c.page_size, DType::bf16, c.dtype, "plan");
   plan_ = mla::make_plan(batch, shape_);
-  // One upload: out_cache_loc, the work list, the merges, the page table.
-  const size_t loc_bytes = batch.out_cache_loc.size() * sizeof(int64_t);
-  off_work_ = align_up(loc_bytes);
-  off_merges_ = off_work_ + align_up(plan_.work.size() * sizeof(mla::WorkItem));
-  off_pages_ = off_merges_ + align_up(plan_.merges.size() * sizeof(mla::MergeItem));
-  const size_t total = off_pages_ + align_up(batch.kv_page_indices.size() * sizeof(int32_t));
-  std::vector<unsigned char> host(total, 0);
-  std::memcpy(host.data(), batch.out_cache_loc.data(), loc_bytes);
-  std::memcpy(host.data() + off_work_, plan_.work.data(), plan_.work.size() * sizeof(mla::WorkItem));
-  std::memcpy(host.data() + off_merges_, plan_.merges.data(), plan_.merges.size() * sizeof(mla::MergeItem));
-  std::memcpy(host.data() + off_pages_, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
-  if (arena_.nbytes() < total) arena_ = Buffer(Device::cuda, total + total / 2);
-  arena_.copy_from_host(host.data(), total);
-  const size_t partial_bytes = size_t(plan_.num_partials) * mla::kTileRows * (mla::kHeadDimVo + 1) * sizeof(float);
-  if (partials_.nbytes() < partial_bytes) partials_ = Buffer(Device::cuda, partial_bytes + partial_bytes / 2);
+  Sizes need;
+  need.tokens = batch.num_tokens();
+  need.work = static_cast<int64_t>(plan_.work.size());
+  need.merges = static_cast<int64_t>(plan_.merges.size());
+  need.partials = plan_.num_partials;
+  need.pages = static_cast<int64_t>(batch.kv_page_indices.size());
+  on_graph_ = batch.mode == ForwardMode::decode && graph_.plan.nbytes() > 0 && need.fit_in(graph_bounds_);
+  Arena& arena = on_graph_ ? graph_ : dynamic_;
+  if (!on_graph_) {
+    arena.layout = Layout(need);
+    if (arena.plan.nbytes() < arena.layout.total) arena.plan = Buffer(Device::cuda, arena.layout.total * 3 / 2);
+    const size_t pb = partial_bytes(need.partials);
+    if (arena.partials.nbytes() < pb) arena.partials = Buffer(Device::cuda, pb * 3 / 2);
+  }
+  const Layout& l = arena.layout;
+  // The page table is last: a graph layout's unused tail is not sent.
+  std::vector<unsigned char> host(l.pages + static_cast<size_t>(need.pages) * sizeof(int32_t), 0);
+  const int32_t counts[2] = {static_cast<int32_t>(need.work), static_cast<int32_t>(need.merges)};
+  std::memcpy(host.data(), counts, sizeof(counts));
+  std::memcpy(host.data() + l.loc, batch.out_cache_loc.data(), batch.out_cache_loc.size() * sizeof(int64_t));
+  std::memcpy(host.data() + l.work, plan_.work.data(), plan_.work.size() * sizeof(mla::WorkItem));
+  std::memcpy(host.data() + l.merges, plan_.merges.data(), plan_.merges.size() * sizeof(mla::MergeItem));
+  std::memcpy(host.data() + l.pages, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
+  arena.plan.copy_from_host(host.data(), host.size());
 }
 
 void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
@@ -81,20 +127,25 @@ void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   // Refused before the cache store, now that q's dtype is known.
   mla::check_supported(c.page_size, q.dtype, c.dtype, "forward");
   const ForwardBatch& b = batch();
-  auto* base = static_cast<unsigned char*>(arena_.data());
-  cache().store(layer, k, v, TensorView(base, DType::i64, Device::cuda, {b.num_tokens()}));
+  const Arena& arena = on_graph_ ? graph_ : dynamic_;
+  const Layout& l = arena.layout;
+  auto* base = static_cast<unsigned char*>(arena.plan.data());
+  cache().store(layer, k, v, TensorView(base + l.loc, DType::i64, Device::cuda, {b.num_tokens()}));
   mla::AttendParams p;
   static_cast<LayerParams&>(p) = layer_params(layer);
   p.q = q.data;
   p.out = out.data;
-  p.work = reinterpret_cast<const mla::WorkItem*>(base + off_work_);
-  p.num_work = static_cast<int>(plan_.work.size());
-  p.merges = reinterpret_cast<const mla::MergeItem*>(base + off_merges_);
-  p.num_merges = static_cast<int>(plan_.merges.size());
-  p.page_indices = reinterpret_cast<const int32_t*>(base + off_pages_);
-  auto* partials = static_cast<float*>(partials_.data());
-  p.partial_o = partials;
-  p.partial_lse = partials ? partials + size_t(plan_.num_partials) * mla::kTileRows * mla::kHeadDimVo : nullptr;
+  p.counts = reinterpret_cast<const int32_t*>(base);
+  p.work = reinterpret_cast<const mla::WorkItem*>(base + l.work);
+  p.merges = reinterpret_cast<const mla::MergeItem*>(base + l.merges);
+  p.page_indices = reinterpret_cast<const int32_t*>(base + l.pages);
+  // On the graph buffer the grids are the bounds, the same for every plan a graph replays.
+  p.num_work = static_cast<int>(on_graph_ ? graph_bounds_.work : static_cast<int64_t>(plan_.work.size()));
+  p.num_merges = static_cast<int>(on_graph_ ? graph_bounds_.merges : static_cast<int64_t>(plan_.merges.size()));
+  const int64_t partials = on_graph_ ? graph_bounds_.partials : plan_.num_partials;
+  auto* po = static_cast<float*>(arena.partials.data());
+  p.partial_o = po;
+  p.partial_lse = po ? po + static_cast<size_t>(partials) * mla::kTileRows * mla::kHeadDimVo : nullptr;
   mla::launch_attend(p, maps_[static_cast<size_t>(layer)], stream());
 }
 

@@ -20,9 +20,14 @@ class MlaBackend final : public AttentionBackend {
   Capabilities capabilities() const override { return mla::capabilities(); }
   void synchronize() override;
   size_t workspace_bytes() const override;
+  // Decode batches of up to max_batch_size tokens over up to max_num_pages pages plan into a
+  // buffer that never moves, and launch fixed grids whose CTAs past the plan exit: a forward
+  // captured into a CUDA graph replays any later plan within these bounds.
+  void init_cuda_graph_state(int max_batch_size, int max_num_pages) override;
 
-  // The last plan (tests and benchmarks).
+  // The last plan (tests and benchmarks), and whether it went to the graph buffer.
   const mla::Plan& last_plan() const { return plan_; }
+  bool on_graph_buffer() const { return on_graph_; }
 
  protected:
   void plan(const ForwardBatch& batch) override;
@@ -33,10 +38,28 @@ class MlaBackend final : public AttentionBackend {
   mla::PlanShape shape_;
   mla::Plan plan_;
   std::vector<mla::LatentMap> maps_;  // [num_layers] the latent pools' tensor maps
-  // The upload: work list, merges, page table, out_cache_loc (i64 first, for alignment).
-  Buffer arena_;
-  size_t off_work_ = 0, off_merges_ = 0, off_pages_ = 0;
-  Buffer partials_;  // partial_o [num_partials, 64, 512] f32, then partial_lse [num_partials, 64]
+  // What one plan needs on the device; a graph buffer is laid out for its bounds.
+  struct Sizes {
+    int64_t tokens = 0, work = 0, merges = 0, partials = 0, pages = 0;
+    bool fit_in(const Sizes& bound) const {
+      return tokens <= bound.tokens && work <= bound.work && merges <= bound.merges && partials <= bound.partials &&
+             pages <= bound.pages;
+    }
+  };
+  // One upload: counts (int32 [2]: work items, merges), out_cache_loc, work list, merges, page table.
+  struct Layout {
+    size_t loc = 0, work = 0, merges = 0, pages = 0, total = 0;
+    explicit Layout(const Sizes& n = {});
+  };
+  struct Arena {
+    Buffer plan;      // Layout's bytes
+    Buffer partials;  // partial_o [partials, 64, 512] f32, then partial_lse [partials, 64]
+    Layout layout;
+  };
+  Arena dynamic_;
+  Arena graph_;
+  Sizes graph_bounds_;  // all zero until init_cuda_graph_state
+  bool on_graph_ = false;
 };
 
 // Why the `mla` backend cannot run on this machine (no CUDA device, or not sm_90), or empty.

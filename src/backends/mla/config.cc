@@ -40,7 +40,7 @@ Capabilities capabilities() {
   c.mha = false;
   c.sinks = false;
   c.custom_mask = false;
-  c.cuda_graph = false;
+  c.cuda_graph = true;  // decode, within init_cuda_graph_state's bounds
   return c;
 }
 

@@ -5,10 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 #include "backends/planned/page_table.h"
 #include "backends/planned/plan.h"
+#include "cuda/captured_graph.h"
 
 typedef struct CUevent_st* cudaEvent_t;
 typedef struct CUstream_st* cudaStream_t;
@@ -76,21 +76,7 @@ class PlanArena {
   uint64_t generation_ = 0;
 };
 
-// A CUDA graph of what `body` enqueues on the calling thread's default stream (the stream the
-// backend and the cache store use), replayed on that stream. Lives in the library, so callers
-// need no CUDA runtime of their own.
-class CapturedGraph {
- public:
-  CapturedGraph() = default;
-  ~CapturedGraph();
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
-  void capture(const std::function<void()>& body);
-  void replay();
-
- private:
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-};
+// A CUDA graph of a forward, for tests and callers without a CUDA runtime (cuda/captured_graph.h).
+using CapturedGraph = cuda::CapturedGraph;
 
 }  // namespace attnkit::planned

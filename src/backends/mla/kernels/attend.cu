@@ -19,6 +19,7 @@ constexpr int kCombineThreads = kHeadDimVo / 4;  // four columns a thread
 
 // One row of a merge a CTA: grid (num_merges, kTileRows).
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttendParams p) {
+  if (static_cast<int>(blockIdx.x) >= p.counts[1]) return;  // past this plan's merges
   const MergeItem mi = p.merges[blockIdx.x];
   const int r = blockIdx.y;
   if (r >= mi.rows) return;

@@ -25,12 +25,15 @@ struct AttendParams : LayerParams {
   const void* q = nullptr;  // [num_tokens * num_qo_heads, 576] bf16, rows contiguous
   void* out = nullptr;      // [num_tokens * num_qo_heads, 512] bf16
   const WorkItem* work = nullptr;
-  int num_work = 0;
+  int num_work = 0;       // the grid: work items, or a bound on them (a graph's launch)
+  // [2] on the device: the work items and merges of the batch planned last; CTAs past them exit,
+  // so a captured launch of a fixed grid serves any later plan within its bounds.
+  const int32_t* counts = nullptr;
   const int32_t* page_indices = nullptr;  // the batch's kv_page_indices, on the device
   float* partial_o = nullptr;    // [num_partials, 64, 512]: split items' normalised rows
   float* partial_lse = nullptr;  // [num_partials, 64] natural log
   const MergeItem* merges = nullptr;
-  int num_merges = 0;
+  int num_merges = 0;     // the combine's grid: merges, or a bound on them
 };
 
 void launch_attend(const AttendParams& p, const LatentMap& map, cudaStream_t stream);

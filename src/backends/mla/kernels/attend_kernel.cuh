@@ -2,7 +2,8 @@
 // request (heads x new tokens; rows past the item's end are zero) against the item's KV tiles.
 //   Q: 64 x 576 bf16, loaded once with cp.async into the 128-byte-swizzled layout wgmma reads.
 //   K tiles: 64 tokens x 576, two stages; warp 0 issues one TMA box per (page piece, 64-column
-//     block) and the stage's mbarrier counts the bytes. The same tile is V: its first 512 columns.
+//     block), each column block counted on its own mbarrier, so S starts on the first block while
+//     the others land. The same tile is V: its first 512 columns.
 //   Per tile: each warpgroup computes S for 32 of the 64 tokens (m64n32, 36 k-steps), the two
 //     exchange their row maxima through shared memory, write P (bf16) for their tokens into one
 //     shared 64 x 64 tile, and each accumulates its half of O (64 x 256 f32, m64n256, 4 k-steps)
@@ -33,8 +34,8 @@ constexpr int kOffK = kTileBytes;                            // two stages after
 constexpr int kOffP = 3 * kTileBytes;                        // P: 64 x 64 bf16, one block
 constexpr int kOffMax = kOffP + kBlockBytes;                 // [2 parities][2 warpgroups][64] f32
 constexpr int kOffSum = kOffMax + 2 * 2 * kTileRows * 4;     // [2 warpgroups][64] f32
-constexpr int kOffBar = kOffSum + 2 * kTileRows * 4;         // two u64 mbarriers
-constexpr int kSmemBytes = kOffBar + 16;
+constexpr int kOffBar = kOffSum + 2 * kTileRows * 4;         // [2 stages][9 column blocks] u64 mbarriers
+constexpr int kSmemBytes = kOffBar + 2 * kColBlocks * 8;
 static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the H100/H200 limit");
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -53,19 +54,21 @@ using ::attnkit::cuda::fast_exp2;
 using ::attnkit::cuda::quad_max;
 using ::attnkit::cuda::quad_sum;
 
-// Warp 0: the TMA boxes of tile j into stage j % 2. Boxes past the item's KV end are not loaded
-// (the consumers zero those rows); the barrier expects exactly the bytes that are.
+// Warp 0: the TMA boxes of tile j into stage j % 2, column block 0 first; block cb is counted on
+// bars + 8 cb. Boxes past the item's KV end are not loaded (the consumers zero those rows); each
+// barrier expects exactly the bytes that are.
 __device__ __forceinline__ void issue_tile(const void* map, const AttendParams& p, const WorkItem& w,
-                                           uint32_t s_stage, uint32_t bar, int j, int lane) {
+                                           uint32_t s_stage, uint32_t bars, int j, int lane) {
   const int n0 = w.n0 + j * kTileTokens;
   const int box_rows = min(p.page_size, kTileTokens);
   const int boxes = min(kTileTokens / box_rows, (w.kv_hi - n0 + box_rows - 1) / box_rows);
-  if (lane == 0) hopper::mbar_expect_tx(bar, static_cast<uint32_t>(boxes * box_rows * 128 * kColBlocks));
+  if (lane < kColBlocks) hopper::mbar_expect_tx(bars + 8 * lane, static_cast<uint32_t>(boxes * box_rows * 128));
   __syncwarp();
   const int32_t* pages = p.page_indices + w.page_begin;
   for (int idx = lane; idx < boxes * kColBlocks; idx += 32) {
-    const int b = idx / kColBlocks;
-    const int cb = idx % kColBlocks;
+    const int cb = idx / boxes;
+    const int b = idx % boxes;
+    const uint32_t bar = bars + 8 * cb;
     const int pos = n0 + b * box_rows;
     const int slot = pages[pos / p.page_size] * p.page_size + pos % p.page_size;
     hopper::tma_load_2d(s_stage + cb * kBlockBytes + b * box_rows * 128, map, cb * 64, slot, bar);
@@ -79,6 +82,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
   namespace ad = attend_detail;
   namespace mma = cuda::wgmma;
   extern __shared__ __align__(1024) unsigned char smem[];
+  if (static_cast<int>(blockIdx.x) >= p.counts[0]) return;  // past this plan's items
   const WorkItem w = p.work[blockIdx.x];
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -91,10 +95,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
   const uint32_t s_bar = s_q + ad::kOffBar;
   const void* g_map = &map;
 
-  if (tid == 0) {
-    hopper::mbar_init(s_bar, 1);
-    hopper::mbar_init(s_bar + 8, 1);
-  }
+  if (tid < 2 * ad::kColBlocks) hopper::mbar_init(s_bar + 8 * tid, 1);
   // Q rows, zero past the item's end.
   const __nv_bfloat16* g_q = static_cast<const __nv_bfloat16*>(p.q);
   constexpr int kQChunks = kHeadDimQk / 8;
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
   asm volatile("cp.async.commit_group;\n" ::);
   __syncthreads();  // the barriers are initialised
   if (tid < 32) {
-    for (int j = 0; j < min(2, w.num_tiles); ++j) ad::issue_tile(g_map, p, w, s_q + ad::kOffK + j * ad::kTileBytes, s_bar + 8 * j, j, lane);
+    for (int j = 0; j < min(2, w.num_tiles); ++j) ad::issue_tile(g_map, p, w, s_q + ad::kOffK + j * ad::kTileBytes, s_bar + 8 * ad::kColBlocks * j, j, lane);
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
   mma::fence_proxy_async();
@@ -139,13 +140,17 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
     if (j >= 1) {
       __syncthreads();  // both warpgroups are done with tile j - 1: its stage takes tile j + 1
       if (tid < 32 && j + 1 < w.num_tiles) {
-        ad::issue_tile(g_map, p, w, s_q + ad::kOffK + ((j + 1) & 1) * ad::kTileBytes, s_bar + 8 * ((j + 1) & 1), j + 1, lane);
+        ad::issue_tile(g_map, p, w, s_q + ad::kOffK + ((j + 1) & 1) * ad::kTileBytes,
+                       s_bar + 8 * ad::kColBlocks * ((j + 1) & 1), j + 1, lane);
       }
     }
-    hopper::mbar_wait(s_bar + 8 * stage, (j >> 1) & 1);
-    // Rows past the KV end were not loaded: zero them, so that P = 0 meets finite V.
+    const uint32_t s_bars = s_bar + 8 * ad::kColBlocks * stage;
+    const uint32_t parity = (j >> 1) & 1;
+    // Rows past the KV end were not loaded: zero them (once every block has landed), so that
+    // P = 0 meets finite V.
     const int valid = min(kTileTokens, w.kv_hi - n0);
     if (valid < kTileTokens) {
+      for (int cb = 0; cb < ad::kColBlocks; ++cb) hopper::mbar_wait(s_bars + 8 * cb, parity);
       for (int idx = tid; idx < (kTileTokens - valid) * kQChunks; idx += ad::kThreads) {
         const int r = valid + idx / kQChunks;
         const int c = idx % kQChunks;
@@ -160,6 +165,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
     mma::fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDimQk / 16; ++kk) {
+      if (kk % 4 == 0) hopper::mbar_wait(s_bars + 8 * (kk / 4), parity);  // this column block has landed
       const uint32_t col = (kk / 4) * ad::kBlockBytes + (kk % 4) * 32;
       const uint64_t desc_q = mma::make_desc(s_q + col, 16, 1024);
       const uint64_t desc_k = mma::make_desc(s_k + col + wg * 32 * 128, 16, 1024);
