@@ -15,6 +15,13 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(ATTNKIT_QEMU_CPU "max" CACHE STRING "The CPU qemu-aarch64 emulates for the built executables (-cpu)")
 find_program(ATTNKIT_QEMU_AARCH64 qemu-aarch64)
 if(ATTNKIT_QEMU_AARCH64)
-  # -L: the cross toolchain's libraries (libstdc++, the loader) first, then the arm64 ones of /.
-  set(CMAKE_CROSSCOMPILING_EMULATOR "${ATTNKIT_QEMU_AARCH64};-cpu;${ATTNKIT_QEMU_CPU};-L;/usr/aarch64-linux-gnu")
+  # -L /: the executables load the C library of the arm64 packages (libc6:arm64, beside libhwy and
+  # libstdc++ of /lib/aarch64-linux-gnu) with that same package's loader. The cross toolchain's
+  # loader (-L /usr/aarch64-linux-gnu) would load that other C library through /etc/ld.so.cache:
+  # when the two glibc builds differ (libc6-arm64-cross lags libc6's updates, and their private
+  # _rtld_global layout with it), the first pthread_create never returns (it walks the loader's
+  # stack cache list at the wrong offset), so no program that starts a thread would run.
+  # The emulator without -cpu, for tests that choose their own (SVE vector lengths).
+  set(ATTNKIT_QEMU_COMMAND "${ATTNKIT_QEMU_AARCH64};-L;/")
+  set(CMAKE_CROSSCOMPILING_EMULATOR "${ATTNKIT_QEMU_COMMAND};-cpu;${ATTNKIT_QEMU_CPU}")
 endif()
