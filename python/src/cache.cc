@@ -187,7 +187,9 @@ nb::object pool_array(PyKvCache& c, int layer, bool is_v) {
   const size_t shape[4] = {static_cast<size_t>(cfg.num_pages), static_cast<size_t>(cfg.page_size),
                            static_cast<size_t>(cfg.num_kv_heads), dim};
   const int device_type = cfg.device == Device::cuda ? nb::device::cuda::value : nb::device::cpu::value;
-  Array a(data, 4, shape, nb::find(&c), nullptr, dlpack_dtype(cfg.dtype), device_type, c.device_id);
+  // array_api: an object with __dlpack__ and __dlpack_device__, for torch, NumPy and CuPy alike.
+  nb::ndarray<nb::array_api> a(data, 4, shape, nb::find(&c), nullptr, dlpack_dtype(cfg.dtype), device_type,
+                               c.device_id);
   return nb::cast(a, nb::rv_policy::reference);
 }
 
