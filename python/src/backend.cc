@@ -37,7 +37,11 @@ void PyBackend::plan(nb::object batch, nb::handle stream) {
                 nb::type_name(batch.type()).c_str());
   const uintptr_t caller = on_cuda() ? StreamJoin::resolve(stream, device_id()) : 0;
   batch_owner_ = nb::none();  // a failed plan keeps no stale batch (the C++ backend forgets it too)
-  backend_->init_forward_metadata(nb::cast<PyBatch&>(batch).batch);
+  const ForwardBatch& step = nb::cast<PyBatch&>(batch).batch;
+  {
+    nb::gil_scoped_release released;
+    backend_->init_forward_metadata(step);
+  }
   batch_owner_ = std::move(batch);
   // The plan's upload is ordered before whatever the caller queues next (a graph replay included).
   if (on_cuda()) join_.leave(caller);
@@ -56,12 +60,17 @@ void PyBackend::forward(Entry entry, int layer, nb::handle q, nb::handle k, nb::
     caller = StreamJoin::resolve(stream, device_id());
     join_.enter(caller);
   }
-  switch (entry) {
-    case Entry::forward: backend_->forward(layer, tq, tk, tv, to); break;
-    case Entry::extend: backend_->forward_extend(layer, tq, tk, tv, to); break;
-    case Entry::decode: backend_->forward_decode(layer, tq, tk, tv, to); break;
+  {
+    // The tensors are held by the caller's frame; a CPU backend computes here, so other Python
+    // threads (an engine's scheduler) run meanwhile.
+    nb::gil_scoped_release released;
+    switch (entry) {
+      case Entry::forward: backend_->forward(layer, tq, tk, tv, to); break;
+      case Entry::extend: backend_->forward_extend(layer, tq, tk, tv, to); break;
+      case Entry::decode: backend_->forward_decode(layer, tq, tk, tv, to); break;
+    }
+    if (cuda) join_.leave(caller);
   }
-  if (cuda) join_.leave(caller);
 }
 
 nb::dict capabilities_dict(const Capabilities& caps) {

@@ -38,6 +38,8 @@ void bind_overhead(nb::module_& m) {
           }
           backend.synchronize();
         }
+        // The backend must not keep pointing at this loop's batches, which die here.
+        b.plan(nb::find(&batch), nb::none());
         return ns;
       },
       nb::arg("backend"), nb::arg("batch"), nb::arg("layer"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"),
