@@ -87,11 +87,10 @@ class _PagedWrapper:
     def run(self, q, paged_kv_cache, *, out=None, k=None, v=None, return_lse=False):
         """Attention of q [num_tokens, num_qo_heads, head_dim] over the planned page table of
         paged_kv_cache; k, v [num_tokens, num_kv_heads, head_dim] are stored at the new tokens' slots
-        first where given. Returns out [num_tokens, num_qo_heads, head_dim_vo]."""
+        first where given. Returns out [num_tokens, num_qo_heads, head_dim_vo], and with return_lse
+        (out, lse): lse f32 [num_tokens, num_qo_heads], natural log."""
         if self._batch is None:
             raise _attnkit.Error("run: plan() must be called before run()")
-        if return_lse:
-            raise _attnkit.Error("run: return_lse is not supported by the attnkit wrappers")
         layer, k_pool, v_pool = self._layer_of(paged_kv_cache)
         if not self._planned:
             self._backend.plan(self._batch)
@@ -110,8 +109,8 @@ class _PagedWrapper:
         if out is None:
             torch = _torch()
             out = torch.empty((q.shape[0], q.shape[1], v_pool.shape[-1]), dtype=q.dtype, device=q.device)
-        self._backend.forward(layer, q, k, v, out)
-        return out
+        # With return_lse: (out, lse), where the backend writes the LSE (capabilities()["lse"]).
+        return self._backend.forward(layer, q, k, v, out, return_lse=return_lse)
 
     forward = run
 

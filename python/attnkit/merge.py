@@ -3,14 +3,15 @@ context-parallel group): o = sum_i exp(lse_i - lse) o_i, lse = log sum_i exp(lse
 from . import _attnkit
 
 
-def _empty_like(x, shape):
+def _empty_like(x, shape, dtype=None):
+    """An uninitialised array of `shape` of x's framework and device (x's dtype, or `dtype` by name)."""
     if type(x).__module__.startswith("torch"):
         import torch
 
-        return torch.empty(shape, dtype=x.dtype, device=x.device)
+        return torch.empty(shape, dtype=getattr(torch, dtype) if dtype else x.dtype, device=x.device)
     import numpy
 
-    return numpy.empty(shape, dtype=x.dtype)
+    return numpy.empty(shape, dtype=dtype or x.dtype)
 
 
 def merge_states(parts, out=None, out_lse=None):

@@ -48,12 +48,13 @@ void PyBackend::plan(nb::object batch, nb::handle stream) {
 }
 
 void PyBackend::forward(Entry entry, int layer, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-                        nb::handle stream) {
+                        nb::handle lse, nb::handle stream) {
   const char* who = who_.c_str();
   const TensorView tq = view_of({who, "q"}, q);
   const TensorView tk = view_of({who, "k"}, k);
   const TensorView tv = v.is_none() ? TensorView() : view_of({who, "v"}, v);
   const TensorView to = view_of({who, "out"}, out);
+  const TensorView tl = lse.is_none() ? TensorView() : view_of({who, "lse"}, lse);
   const bool cuda = on_cuda();
   uintptr_t caller = 0;
   if (cuda) {
@@ -65,9 +66,9 @@ void PyBackend::forward(Entry entry, int layer, nb::handle q, nb::handle k, nb::
     // threads (an engine's scheduler) run meanwhile.
     nb::gil_scoped_release released;
     switch (entry) {
-      case Entry::forward: backend_->forward(layer, tq, tk, tv, to); break;
-      case Entry::extend: backend_->forward_extend(layer, tq, tk, tv, to); break;
-      case Entry::decode: backend_->forward_decode(layer, tq, tk, tv, to); break;
+      case Entry::forward: backend_->forward(layer, tq, tk, tv, to, tl); break;
+      case Entry::extend: backend_->forward_extend(layer, tq, tk, tv, to, tl); break;
+      case Entry::decode: backend_->forward_decode(layer, tq, tk, tv, to, tl); break;
     }
     if (cuda) join_.leave(caller);
   }
@@ -98,7 +99,7 @@ nb::dict capabilities_dict(const Capabilities& caps) {
       {"extend", caps.extend}, {"decode", caps.decode}, {"mixed", caps.mixed}, {"gqa", caps.gqa},
       {"mha", caps.mha}, {"causal", caps.causal}, {"non_causal", caps.non_causal}, {"window", caps.window},
       {"soft_cap", caps.soft_cap}, {"sinks", caps.sinks}, {"custom_mask", caps.custom_mask},
-      {"cuda_graph", caps.cuda_graph}};
+      {"cuda_graph", caps.cuda_graph}, {"lse", caps.lse}};
   for (const auto& [name, on] : features) d[name] = on;
   return d;
 }
@@ -126,13 +127,23 @@ const char* kForwardDoc =
     "v [num_tokens, num_kv_heads, head_dim_vo] (MLA: k is the latent [num_tokens, 1, rank + rope], v None),\n"
     "out [num_tokens, num_qo_heads, head_dim_vo]; one dtype (bf16 or f16 on the GPU; f32 too on the CPU),\n"
     "dense (row-major), on the backend's device. On CUDA the work is queued on `stream` (a cudaStream_t as\n"
-    "an int), by default torch.cuda.current_stream(). Returns `out`.";
+    "an int), by default torch.cuda.current_stream(). Returns `out`; with return_lse=True (or an `lse`\n"
+    "tensor, f32 [num_tokens, num_qo_heads]) returns (out, lse), each row's natural-log LSE, where the\n"
+    "backend's capabilities say 'lse'.";
 
-// forward, forward_extend or forward_decode as a Python method returning `out`.
+// forward, forward_extend or forward_decode as a Python method: returns `out`, or (out, lse) when
+// the LSE is asked for (return_lse=True allocates it like q: f32 [num_tokens, num_qo_heads]).
 auto forward_entry(Entry entry) {
-  return [entry](PyBackend& b, int layer, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle stream) {
-    b.forward(entry, layer, q, k, v, out, stream);
-    return nb::borrow(out);
+  return [entry](PyBackend& b, int layer, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::object lse,
+                 bool return_lse, nb::handle stream) -> nb::object {
+    if (return_lse && lse.is_none()) {
+      const Array qa = as_array({"forward", "q"}, q);
+      lse = nb::module_::import_("attnkit.merge").attr("_empty_like")(q, nb::make_tuple(qa.shape(0), qa.shape(1)),
+                                                                        "float32");
+    }
+    b.forward(entry, layer, q, k, v, out, lse, stream);
+    if (lse.is_none()) return nb::borrow(out);
+    return nb::make_tuple(out, lse);
   };
 }
 
@@ -183,12 +194,15 @@ void bind_backend(nb::module_& m) {
            "Plans `batch` for every layer (checked against the cache and the capabilities first). The batch is\n"
            "kept until the next plan. On CUDA the plan's upload is ordered before later work on `stream`.")
       .def("forward", forward_entry(Entry::forward), nb::arg("layer"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(),
-           nb::arg("out"), nb::kw_only(), nb::arg("stream") = nb::none(), kForwardDoc)
+           nb::arg("out"), nb::kw_only(), nb::arg("lse") = nb::none(), nb::arg("return_lse") = false,
+           nb::arg("stream") = nb::none(), kForwardDoc)
       .def("forward_extend", forward_entry(Entry::extend), nb::arg("layer"), nb::arg("q"), nb::arg("k"),
-           nb::arg("v").none(), nb::arg("out"), nb::kw_only(), nb::arg("stream") = nb::none(),
+           nb::arg("v").none(), nb::arg("out"), nb::kw_only(), nb::arg("lse") = nb::none(), nb::arg("return_lse") = false,
+           nb::arg("stream") = nb::none(),
            "forward for an extend (or mixed) batch.")
       .def("forward_decode", forward_entry(Entry::decode), nb::arg("layer"), nb::arg("q"), nb::arg("k"),
-           nb::arg("v").none(), nb::arg("out"), nb::kw_only(), nb::arg("stream") = nb::none(),
+           nb::arg("v").none(), nb::arg("out"), nb::kw_only(), nb::arg("lse") = nb::none(), nb::arg("return_lse") = false,
+           nb::arg("stream") = nb::none(),
            "forward for a decode batch (one new token a request).")
       .def("init_cuda_graph_state", [](PyBackend& b, int max_batch_size, int max_num_pages) {
              b.get().init_cuda_graph_state(max_batch_size, max_num_pages);

@@ -30,7 +30,9 @@ class PyBackend {
   int device_id() const { return cache_->device_id; }
 
   void plan(nb::object batch, nb::handle stream);
-  void forward(Entry entry, int layer, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle stream);
+  // `lse`: None, or the f32 [num_tokens, num_qo_heads] tensor to write each row's LSE into.
+  void forward(Entry entry, int layer, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+               nb::handle stream);
   nb::object batch() const { return batch_owner_; }
 
  private:

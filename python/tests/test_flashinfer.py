@@ -92,8 +92,26 @@ def test_wrapper_refusals():
     wrapper.plan(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1]), 2, 1, 16, 4)
     with pytest.raises(attnkit.Error, match=r"K and V interleaved by page\) is not an attnkit layout"):
         wrapper.run(torch.zeros(1, 2, 16), torch.zeros(4, 2, 4, 1, 16))
-    with pytest.raises(attnkit.Error, match="^run: return_lse is not supported"):
+    with pytest.raises(attnkit.Error, match="^cpu forward_decode: this backend does not write the LSE"):
         wrapper.run(torch.zeros(1, 2, 16), (torch.zeros(4, 4, 1, 16), torch.zeros(4, 4, 1, 16)), return_lse=True)
+
+
+def test_return_lse_where_the_backend_writes_it():
+    spec = attnkit.AttentionSpec(2, 1, 16)
+    k_cache, v_cache = layer_caches(1, spec)[0]
+    qo, kv_indptr, indices, last = page_table([6], [3], PAGE_SIZE, NUM_PAGES, seed=8)
+    wrapper = attnkit.BatchPrefillWithPagedKVCacheWrapper(None, backend="reference")
+    wrapper.plan(qo, kv_indptr, indices, last, 2, 1, 16, PAGE_SIZE, causal=True)
+    q, k, v = qkv(3, spec, seed=1)
+    out, lse = wrapper.run(q, (k_cache, v_cache), k=k, v=v, return_lse=True)
+    # The same from the formula: request 0's 9 keys, the new 3 rows at positions 6, 7, 8, causal.
+    keys = k_cache.reshape(-1, 1, 16)[torch.tensor(
+        [indices[p // PAGE_SIZE] * PAGE_SIZE + p % PAGE_SIZE for p in range(9)])][:, 0]
+    scores = torch.einsum("thd,sd->ths", q, keys) / 4.0
+    visible = torch.arange(9)[None, :] <= torch.arange(6, 9)[:, None]
+    expected = torch.logsumexp(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
+    torch.testing.assert_close(lse, expected, rtol=1e-5, atol=1e-5)
+    assert out.shape == (3, 2, 16)
 
 
 def test_merge_state():
