@@ -14,6 +14,7 @@ tokens must be equal throughout. Exit status 1 when they are not.
 """
 import argparse
 import copy
+import inspect
 import json
 import sys
 import time
@@ -56,11 +57,16 @@ def generate_sdpa(model, prompt, steps):
     """Greedy tokens and each step's next-token logits (float32 [vocab]), one prompt alone."""
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=model.config)
+    try:
+        cache = DynamicCache(config=model.config)
+    except TypeError:  # releases before transformers 4.56 make it without the config
+        cache = DynamicCache()
+    # transformers 5 renames past_key_values to cache; older releases know only the first.
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     ids = prompt[None]
     tokens, logits = [], []
     for _ in range(steps):
-        step_logits = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0, -1].float()
+        step_logits = model(input_ids=ids, use_cache=True, **{cache_kw: cache}).logits[0, -1].float()
         logits.append(step_logits)
         tokens.append(int(step_logits.argmax()))
         ids = torch.tensor([[tokens[-1]]], device=prompt.device)
