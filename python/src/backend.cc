@@ -30,6 +30,7 @@ PyBackend::PyBackend(ModelSpec model, nb::object cache_owner, PyKvCache& cache,
   BackendOptions options;
   backend_ = make({&model_, cache_->cache.get(), options});
   who_ = backend_->name() + " forward";
+  if (on_cuda()) join_.create_events();
 }
 
 void PyBackend::plan(nb::object batch, nb::handle stream) {

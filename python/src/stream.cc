@@ -65,6 +65,13 @@ uintptr_t StreamJoin::resolve(nb::handle stream, int device_id) {
   return nb::cast<uintptr_t>(current_stream(device_id).attr("cuda_stream"));
 }
 
+void StreamJoin::create_events() {
+#ifdef ATTNKIT_WITH_CUDA
+  event(entered_);
+  event(left_);
+#endif
+}
+
 void StreamJoin::enter(uintptr_t caller) {
 #ifdef ATTNKIT_WITH_CUDA
   if (implicitly_ordered(caller)) return;

@@ -22,6 +22,8 @@ class StreamJoin {
   // The caller's stream: `stream` when it is an int (a cudaStream_t), else torch's current
   // stream on `device_id` where torch is imported, else the legacy default stream (0).
   static uintptr_t resolve(nanobind::handle stream, int device_id);
+  // Makes the two events now, outside any graph capture (a CUDA backend's constructor calls it).
+  void create_events();
   // attnkit's stream waits for the work queued on `caller` so far.
   void enter(uintptr_t caller);
   // `caller` waits for the work attnkit queued.
