@@ -51,11 +51,12 @@ void PyBackend::plan(nb::object batch, nb::handle stream) {
 void PyBackend::forward(Entry entry, int layer, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                         nb::handle lse, nb::handle stream) {
   const char* who = who_.c_str();
-  const TensorView tq = view_of({who, "q"}, q);
-  const TensorView tk = view_of({who, "k"}, k);
-  const TensorView tv = v.is_none() ? TensorView() : view_of({who, "v"}, v);
-  const TensorView to = view_of({who, "out"}, out);
-  const TensorView tl = lse.is_none() ? TensorView() : view_of({who, "lse"}, lse);
+  const int id = on_cuda() ? device_id() : -1;
+  const TensorView tq = view_of({who, "q"}, q, id);
+  const TensorView tk = view_of({who, "k"}, k, id);
+  const TensorView tv = v.is_none() ? TensorView() : view_of({who, "v"}, v, id);
+  const TensorView to = view_of({who, "out"}, out, id);
+  const TensorView tl = lse.is_none() ? TensorView() : view_of({who, "lse"}, lse, id);
   const bool cuda = on_cuda();
   uintptr_t caller = 0;
   if (cuda) {

@@ -138,9 +138,11 @@ bool is_contiguous(const Array& a) {
   return true;
 }
 
-TensorView view_of(const Arg& arg, const Array& a) {
+TensorView view_of(const Arg& arg, const Array& a, int cuda_device) {
   const DType dtype = dtype_of(arg, a);
   const Device device = device_of(arg, a);
+  ATTNKIT_CHECK(device != Device::cuda || cuda_device < 0 || a.device_id() == cuda_device, arg.who, ": ", arg.field,
+                " is on cuda:", a.device_id(), ", the cache on cuda:", cuda_device);
   ATTNKIT_CHECK(a.ndim() >= 1 && a.ndim() <= 4, arg.who, ": ", arg.field, " must have 1 to 4 dimensions, got ",
                 describe(a));
   ATTNKIT_CHECK(is_contiguous(a), arg.who, ": ", arg.field,
@@ -155,7 +157,9 @@ TensorView view_of(const Arg& arg, const Array& a) {
   return v;
 }
 
-TensorView view_of(const Arg& arg, nb::handle h) { return view_of(arg, as_array(arg, h)); }
+TensorView view_of(const Arg& arg, nb::handle h, int cuda_device) {
+  return view_of(arg, as_array(arg, h), cuda_device);
+}
 
 namespace {
 

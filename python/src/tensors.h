@@ -31,9 +31,10 @@ DType dtype_of(const Arg& arg, const Array& a);
 Device device_of(const Arg& arg, const Array& a);
 // Row-major and dense: the kernels read [rows, heads, head_dim] with no stride of their own.
 bool is_contiguous(const Array& a);
-// A zero-copy view of a dense array of rank 1..4.
-TensorView view_of(const Arg& arg, const Array& a);
-TensorView view_of(const Arg& arg, nb::handle h);
+// A zero-copy view of a dense array of rank 1..4. `cuda_device` >= 0: a CUDA array must be on that
+// device (the cache's); the view itself names the device kind only.
+TensorView view_of(const Arg& arg, const Array& a, int cuda_device = -1);
+TensorView view_of(const Arg& arg, nb::handle h, int cuda_device = -1);
 
 // A 1-D integer array (i32 or i64, any stride, CPU or CUDA) as host values; CUDA arrays are copied
 // to the host, which waits for the device. i64 values must fit in i32.

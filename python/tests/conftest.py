@@ -70,13 +70,13 @@ class _DLManagedTensor(ctypes.Structure):
 _keep = []  # the structs a fake capsule points at live as long as the test session
 
 
-def fake_capsule(shape, device_type=2, dtype=(2, 32)):
+def fake_capsule(shape, device_type=2, dtype=(2, 32), device_id=0):
     """A DLPack capsule of `shape` on DLPack device `device_type` (2: CUDA) whose memory is never
     touched: what a refusal must stop before reading. dtype: (DLPack code, bits)."""
     shape_arr = (ctypes.c_int64 * len(shape))(*shape)
     t = _DLManagedTensor()
     t.dl_tensor.data = 0x1000
-    t.dl_tensor.device = _DLDevice(device_type, 0)
+    t.dl_tensor.device = _DLDevice(device_type, device_id)
     t.dl_tensor.ndim = len(shape)
     t.dl_tensor.dtype = _DLDataType(dtype[0], dtype[1], 1)
     t.dl_tensor.shape = shape_arr

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnkit
-from conftest import page_table, qkv, reference_step, requires_cuda
+from conftest import fake_capsule, page_table, qkv, reference_step, requires_cuda
 
 pytestmark = requires_cuda
 SPEC = attnkit.AttentionSpec(16, 4, 128)
@@ -82,3 +82,16 @@ def test_decode_captured_in_a_torch_cuda_graph_replays_new_batches():
     torch.cuda.synchronize()
     assert torch.equal(replayed, out), "the replay differs from a fresh run of the same batch"
     assert not torch.isnan(out).any()
+
+
+def test_tensors_on_another_gpu_or_the_host_are_refused():
+    backend = attnkit.Backend("planned", SPEC, attnkit.KvCache.from_pools(pools()))
+    backend.plan(attnkit.Batch(*page_table([5], [1], PAGE_SIZE, NUM_PAGES), page_size=PAGE_SIZE))
+    q, k, v = qkv(1, SPEC, torch.bfloat16, device="cuda")
+    out = torch.empty_like(q)
+    with pytest.raises(attnkit.Error) as e:
+        backend.forward(0, fake_capsule((1, 16, 128), dtype=(4, 16), device_id=1), k, v, out)
+    assert str(e.value) == "planned forward: q is on cuda:1, the cache on cuda:0"
+    with pytest.raises(attnkit.Error) as e:
+        backend.forward(0, q.cpu(), k, v, out)
+    assert str(e.value) == "planned forward_decode: q must be on cuda, got cpu"
