@@ -59,7 +59,7 @@ class _PagedWrapper:
         self._slots = None      # the new tokens' slots on the pools' device, for runs without k, v
 
     def _plan(self, qo_indptr, indptr, indices, last_page_len, page_size, spec, custom_mask=None, mask_indptr=None):
-        if spec is not self._spec and self._spec is not None and repr(spec) != repr(self._spec):
+        if self._spec is not None and _spec_key(spec) != _spec_key(self._spec):
             self._backend = None  # another mechanism: a new backend over the same layers
         self._spec = spec
         self._batch = _attnkit.Batch(qo_indptr, indptr, indices, last_page_len, page_size=page_size,
@@ -125,6 +125,11 @@ def _spec(num_qo_heads, num_kv_heads, head_dim, head_dim_vo=None, causal=True, s
     return _attnkit.AttentionSpec(num_qo_heads, num_kv_heads, head_dim, head_dim_vo=head_dim_vo,
                                   sm_scale=sm_scale or 0.0, causal=causal, window_left=window_left,
                                   logits_soft_cap=logits_soft_cap or 0.0)
+
+
+def _spec_key(spec):
+    return (spec.num_qo_heads, spec.num_kv_heads, spec.head_dim_qk, spec.head_dim_vo, spec.sm_scale, spec.causal,
+            spec.window_left, spec.logits_soft_cap)
 
 
 def _check_pos_encoding(pos_encoding_mode):

@@ -63,6 +63,22 @@ def test_prefill_wrapper_matches_reference(causal):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_a_new_spec_at_plan_gets_a_new_backend():
+    spec = attnkit.AttentionSpec(2, 1, 16, sm_scale=0.5)
+    cache = layer_caches(1, spec)[0]
+    qo, kv_indptr, indices, last = page_table([4], [1], PAGE_SIZE, NUM_PAGES, seed=6)
+    wrapper = attnkit.BatchDecodeWithPagedKVCacheWrapper(None, backend="cpu")
+    q, k, v = qkv(1, spec, seed=2)
+    outs = []
+    for scale in (0.5, 0.25):
+        wrapper.plan(kv_indptr, indices, last, 2, 1, 16, PAGE_SIZE, sm_scale=scale)
+        outs.append(wrapper.run(q, cache, k=k, v=v))
+    batch = attnkit.Batch(qo, kv_indptr, indices, last, page_size=PAGE_SIZE)
+    expected = reference_step(attnkit.AttentionSpec(2, 1, 16, sm_scale=0.25), None, [cache], batch, 0, q, k, v)
+    torch.testing.assert_close(outs[1], expected, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(outs[0], outs[1])
+
+
 def test_prefill_wrapper_custom_mask():
     spec = attnkit.AttentionSpec(2, 1, 16, causal=False)
     cache = layer_caches(1, spec)[0]
