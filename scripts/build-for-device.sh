@@ -15,7 +15,15 @@ cuda_lib="${CUDA_LIB_DIR:-/usr/local/cuda/lib64}"
 # libattnkit is shared so the dozen test executables do not each carry every kernel's fatbin
 # (the carried tree is limited to 64 MiB). The rpath finds it both in the build tree (ctest here)
 # and in dist/ (lib/ beside the tool, ../lib beside the tests).
-rpath='$ORIGIN;$ORIGIN/..;$ORIGIN/../..;$ORIGIN/lib;$ORIGIN/../lib'
+rpath='$ORIGIN;$ORIGIN/..;$ORIGIN/../..;$ORIGIN/lib;$ORIGIN/../lib;$ORIGIN/../../lib'
+# The Python extension is built for the device's interpreter (DEVICE_PYTHON, default a python3.12
+# here), against nanobind installed for it in a virtual environment under the build folder.
+device_python="${DEVICE_PYTHON:-$(command -v python3.12 || ls "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1 || true)}"
+python_args=()
+if [[ -n "$device_python" ]]; then
+  "$device_python" -m venv "$build/py-venv" && "$build/py-venv/bin/pip" install -q nanobind==3.1.0 &&
+    python_args=(-DATTNKIT_BUILD_PYTHON=ON -DATTNKIT_PYTHON_STUBS=OFF "-DPython_EXECUTABLE=$build/py-venv/bin/python")
+fi
 cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90a \
@@ -25,6 +33,7 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DATTNKIT_BUILD_TESTS=ON \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
   "-DCMAKE_INSTALL_RPATH=$rpath" \
+  "${python_args[@]}" \
   ${ATTNKIT_CMAKE_ARGS:-} >/dev/null
 ninja -C "$build" -j "$jobs"
 
@@ -37,6 +46,13 @@ while IFS= read -r exe; do
   cp "$exe" "$dist/tests/"
 done < <(find "$build/tests" -maxdepth 1 -type f -executable -name '*_tests' 2>/dev/null)
 
+# The Python package with its extension (dist/python/attnkit), where it was built.
+if [[ -d "$build/python/attnkit" ]]; then
+  mkdir -p "$dist/python" && cp -r "$build/python/attnkit" "$dist/python/"
+else
+  echo "no Python 3.12 here (DEVICE_PYTHON): dist/ has no Python package; device-python.sh builds it there"
+fi
+
 # The planner's host-cost benchmark, where Google Benchmark was found (timed on the device's host).
 [[ -x "$build/bench/planned_plan_bench" ]] && mkdir -p "$dist/bench" &&
   cp "$build/bench/planned_plan_bench" "$dist/bench/"
@@ -44,7 +60,7 @@ done < <(find "$build/tests" -maxdepth 1 -type f -executable -name '*_tests' 2>/
 # Shared libraries the device image lacks: anything not from the C/C++ runtime, the driver or
 # the CUDA toolkit (libcublas is in the toolkit there). Copied with their soname.
 missing_ok='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libattnkit'
-for bin in "$dist/attnkit" "$dist"/tests/* "$dist"/bench/* "$dist"/lib/libattnkit.so*; do
+for bin in "$dist/attnkit" "$dist"/tests/* "$dist"/bench/* "$dist"/lib/libattnkit.so* "$dist"/python/attnkit/*.so; do
   [[ -f "$bin" ]] && ldd "$bin" | awk '/=>/ {print $1, $3}'
 done | sort -u | while read -r name path; do
   if ! grep -Eq "$missing_ok" <<<"$name" && [[ -f "$path" ]]; then

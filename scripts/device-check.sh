@@ -3,13 +3,14 @@
 # the peers (bench/peers) on the same shapes, then one short table. Uses the binaries staged in
 # dist/ by build-for-device.sh when present, else builds there (from third_party/ when the machine has no packages).
 #
-#   scripts/device-check.sh [--no-tests] [--no-check] [--no-bench] [--no-peers] [--sanitize]
+#   scripts/device-check.sh [--no-tests] [--no-check] [--no-bench] [--no-peers] [--no-python] [--sanitize]
 #                           [--shapes "NAME;NAME"] [--backends "a b"] [--tests "x_tests y_tests"]
 # Environment: TEST_TIMEOUT (s a test executable, 300), BENCH_MAX_SECONDS (a backend and shape, 10),
 # PEERS_TIMEOUT (s for all peers, 480), FLEX_SHAPES ("NAME;NAME": where FlexAttention is compiled
 # and timed), PEERS_ARGS (more run_peers.py options).
 # Full logs go to ./out (or the folder the variable OUT names): device-check.log, tests.log, attnkit.json, peers.json,
-# summary.md, sanitizer.log, flashinfer-aot.tar.xz (FlashInfer's compiled modules, for reuse).
+# summary.md, sanitizer.log, flashinfer-aot.tar.xz (FlashInfer's compiled modules, for reuse), and from the
+# Python step pytest.log, pytest.xml, hf_generate.json, python_overhead*.json.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +19,7 @@ out="${OUT:-$root/out}"
 mkdir -p "$out"
 exec > >(tee -a "$out/device-check.log") 2>&1
 
-run_tests=1 run_check=1 run_bench=1 run_peers=1 sanitize=0
+run_tests=1 run_check=1 run_bench=1 run_peers=1 run_python=1 sanitize=0
 shapes_arg="" backends_arg="" tests_arg=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -26,6 +27,7 @@ while [[ $# -gt 0 ]]; do
     --no-check) run_check=0 ;;
     --no-bench) run_bench=0 ;;
     --no-peers) run_peers=0 ;;
+    --no-python) run_python=0 ;;
     --sanitize) sanitize=1 ;;
     --shapes) shapes_arg="$2"; shift ;;
     --backends) backends_arg="$2"; shift ;;
@@ -149,6 +151,12 @@ if [[ $run_peers == 1 && -n "$gpu_backends" ]]; then
       note "plan time FAILED"
     while read -r line; do note "plan $line"; done < <(grep -E '^\| 256' "$out/plan_time.md")
   fi
+fi
+
+if [[ $run_python == 1 ]]; then
+  section "python"
+  scripts/device-python.sh "$out" || note "python step FAILED"
+  while read -r line; do note "$line"; done < <(cat "$out/python-notes.txt" 2>/dev/null)
 fi
 
 if [[ $sanitize == 1 ]]; then

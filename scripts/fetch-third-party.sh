@@ -50,6 +50,8 @@ pip_download "$tmp/wheels" "flashinfer-python==${FLASHINFER_VERSION}"
 # nccl4py, nccl-extensions, nvidia-cudnn-frontend and nvidia-cutlass-dsl, whose imports FlashInfer
 # guards (they serve other kernels); the rest (torch, numpy, jinja2, ninja, ...) are there.
 pip_download .whl "$TVM_FFI_SPEC"
+# pytest and what it imports, for the Python tests (scripts/device-python.sh), pure-Python wheels.
+for w in pytest pluggy iniconfig packaging; do pip_download .whl "$w"; done
 python3 scripts/slim_wheel.py "$tmp"/wheels/flashinfer_python-*.whl \
   ".whl/$(basename "$tmp"/wheels/flashinfer_python-*.whl)"
 

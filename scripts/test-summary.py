@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads the JUnit file of a CTest run and prints the run in one line: how many tests passed, failed
+"""Reads the JUnit files of a CTest run (and of pytest) and prints the run in one line: how many tests passed, failed
 and were skipped, and why they were skipped, grouped by reason (most first); the failed tests are
 named above that line. scripts/test.sh ends on it.
 
@@ -31,7 +31,8 @@ def summarize(*paths):
     passed, failed, reasons = 0, [], collections.Counter()
     for case in cases:
         status = case.get('status')
-        if case.find('failure') is not None or status == 'fail':
+        # pytest writes <error> for a test whose setup failed.
+        if case.find('failure') is not None or case.find('error') is not None or status == 'fail':
             failed.append(case.get('name'))
         elif status == 'notrun' or case.find('skipped') is not None:
             reasons[skip_reason(case)] += 1
@@ -47,7 +48,7 @@ def summarize(*paths):
 
 def self_test():
     xml = '''<?xml version="1.0" encoding="UTF-8"?>
-<testsuite tests="5" failures="1" skipped="3">
+<testsuite tests="7" failures="1" skipped="4">
   <testcase name="A.Passes" status="run"><system-out>ok</system-out></testcase>
   <testcase name="A.Fails" status="fail"><failure message="Failed"/></testcase>
   <testcase name="G.One" status="notrun"><skipped message="SKIP_REGULAR_EXPRESSION_MATCHED"/>
@@ -59,6 +60,8 @@ no NVIDIA driver is installed
     <system-out>t.cc:12: Skipped
 no NVIDIA driver is installed
 </system-out></testcase>
+  <testcase classname="test_gpu" name="test_graph"><skipped type="pytest.skip" message="needs a CUDA device"/></testcase>
+  <testcase classname="test_x" name="test_setup"><error message="failed on setup"/></testcase>
   <testcase name="E.Gpu" status="notrun"><skipped message="SKIP_RETURN_CODE=77"/>
     <system-out>skipped (needs a GPU): built without CUDA
 </system-out></testcase>
@@ -67,8 +70,9 @@ no NVIDIA driver is installed
     with tempfile.NamedTemporaryFile('w', suffix='.xml', delete=False) as f:
         f.write(xml)
     got = summarize(f.name)
-    want = ['failed: A.Fails',
-            '5 tests: 1 passed, 1 failed, 3 skipped (2: no NVIDIA driver is installed; 1: built without CUDA)']
+    want = ['failed: A.Fails', 'failed: test_setup',
+            '7 tests: 1 passed, 2 failed, 4 skipped (2: no NVIDIA driver is installed; 1: needs a CUDA device; '
+            '1: built without CUDA)']
     if got != want:
         print('test-summary self-test: printed %s, expected %s' % (got, want))
         return 1

@@ -5,9 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+# The Python tests' environment (PyTorch, transformers, nanobind: scripts/python-env.sh), whose
+# interpreter the extension is built for.
+python="$(scripts/python-env.sh)"
+scripts/build.sh -DATTNKIT_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$python"
 results="$PWD/build/Testing/results.xml"
-rm -f "$results"
+py_results="$PWD/build/Testing/pytest.xml"
+rm -f "$results" "$py_results"
 # CTest's own closing lists (every skipped test by name, "100% tests passed" beside them) give way
 # to the summary below.
 set +e
@@ -18,6 +22,10 @@ ctest --test-dir build --output-on-failure -j "$(nproc)" --output-junit "$result
        /^[0-9]+% tests passed/ {next}
        {print; fflush()}'
 status=${PIPESTATUS[0]}
+# The Python package's tests (python/tests), against the package laid out in build/python.
+echo
+PYTHONPATH="$PWD/build/python" "$python" -m pytest python/tests -q -p no:cacheprovider --junitxml="$py_results" ||
+  status=1
 # The cpu backend's Arm targets, cross-compiled and run under qemu-aarch64 (scripts/test-arm.sh),
 # where the cross compiler is installed; their tests count in the summary line.
 arm_results=()
@@ -29,6 +37,6 @@ fi
 set -e
 if [[ -f "$results" ]]; then
   echo
-  python3 scripts/test-summary.py "$results" "${arm_results[@]}"
+  python3 scripts/test-summary.py "$results" "${arm_results[@]}" $([[ -f "$py_results" ]] && echo "$py_results")
 fi
 exit "$status"

@@ -43,6 +43,7 @@ struct Capabilities {
   bool sinks = true;
   bool custom_mask = true;
   bool cuda_graph = false;
+  bool lse = false;                  // forward can also write each output row's log-sum-exp
 };
 
 // Empty when `caps` covers the spec, cache and (when given) batch and q dtype; else the reason,
@@ -102,13 +103,16 @@ class AttentionBackend {
   // v [num_tokens, num_kv_heads, head_dim_vo] (MLA: k is the latent [num_tokens, 1, rank + rope],
   // v is empty), out [num_tokens, num_qo_heads, head_dim_vo]; all on the backend's device.
   // Stores k, v at the batch's out_cache_loc, then attends each new token to prefix + new tokens.
+  // Where caps().lse, `lse` [num_tokens, num_qo_heads] f32 on the backend's device (empty: not
+  // wanted) also gets each output row's natural-log LSE (-inf for a row that sees no key; sinks
+  // excluded), for merging with other partial states (attnkit/merge.h).
   void forward_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                      const TensorView& out);
+                      const TensorView& out, const TensorView& lse = TensorView());
   void forward_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                      const TensorView& out);
+                      const TensorView& out, const TensorView& lse = TensorView());
   // Dispatches on the batch mode.
   void forward(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-               const TensorView& out);
+               const TensorView& out, const TensorView& lse = TensorView());
   // Fixed-address metadata for CUDA-graph capture and replay; throws where unsupported.
   virtual void init_cuda_graph_state(int max_batch_size, int max_num_pages);
   // Blocks until this backend's queued device work is done (timing, and reading outputs).
@@ -128,6 +132,8 @@ class AttentionBackend {
  protected:
   // The batch's out_cache_loc as a host tensor (for CPU backends' cache stores).
   TensorView host_out_cache_loc() const;
+  // The current forward call's lse output (validated); empty when the caller did not ask for it.
+  const TensorView& lse_output() const { return lse_output_; }
   // Called after validation; the batch is the one given to init_forward_metadata.
   virtual void plan(const ForwardBatch& batch) = 0;
   // True where plan() reads the whole page table anyway and checks its
@@ -143,12 +149,13 @@ class AttentionBackend {
 
  private:
   void validate_forward(const char* entry, int layer, const TensorView& q, const TensorView& k,
-                        const TensorView& v, const TensorView& out) const;
+                        const TensorView& v, const TensorView& out, const TensorView& lse) const;
 
   BackendContext context_;
   std::vector<LayerParams> layer_params_;  // [num_layers]
   const ForwardBatch* batch_ = nullptr;
   bool layers_checked_ = false;  // every layer's spec passed why_unsupported once
+  TensorView lse_output_;        // set for the duration of one forward call
   mutable std::unique_ptr<Capabilities> caps_;
 };
 

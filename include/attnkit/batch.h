@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -12,6 +13,9 @@ namespace attnkit {
 
 enum class ForwardMode { extend, decode, mixed };
 std::string_view forward_mode_name(ForwardMode mode);
+// The mode of a batch whose new tokens a request are given by `qo_indptr` [batch_size + 1]: decode
+// when every request has exactly one, extend when none has, mixed otherwise.
+ForwardMode forward_mode_of(std::span<const int32_t> qo_indptr);
 
 struct ForwardBatch {
   ForwardMode mode = ForwardMode::extend;

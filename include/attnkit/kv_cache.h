@@ -65,6 +65,10 @@ using RequestId = int64_t;
 class KvCache {
  public:
   explicit KvCache(const KvCacheConfig& config);
+  // A cache over pools the caller allocated and keeps owning (an engine's own KV tensors): one K
+  // pool and one V pool a layer (MLA: v_pools empty), each as k_pool_view / v_pool_view describe,
+  // contiguous, on config.device, alive as long as the cache. Nothing is allocated or copied.
+  KvCache(const KvCacheConfig& config, std::vector<void*> k_pools, std::vector<void*> v_pools);
 
   const KvCacheConfig& config() const { return config_; }
   PageAllocator& allocator() { return allocator_; }
@@ -101,8 +105,9 @@ class KvCache {
 
   KvCacheConfig config_;
   PageAllocator allocator_;
-  std::vector<Buffer> k_pools_;
-  std::vector<Buffer> v_pools_;
+  std::vector<Buffer> owned_pools_;  // empty for a cache over the caller's pools
+  std::vector<void*> k_pools_;       // [num_layers]
+  std::vector<void*> v_pools_;       // [num_layers]; MLA: empty
   std::unordered_map<RequestId, Request> requests_;
   RequestId next_id_ = 0;
 };

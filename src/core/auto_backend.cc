@@ -23,6 +23,7 @@ class AutoBackend final : public DelegatingBackend {
     c.kv_dtypes = {DType::f32, DType::f16, DType::bf16, DType::e4m3};
     c.mla = true;
     c.cuda_graph = false;
+    c.lse = true;
     return c;
   }
 

@@ -53,7 +53,7 @@ void AttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
 }
 
 void AttentionBackend::validate_forward(const char* entry, int layer, const TensorView& q, const TensorView& k,
-                                        const TensorView& v, const TensorView& out) const {
+                                        const TensorView& v, const TensorView& out, const TensorView& lse) const {
   const ForwardBatch& b = batch();
   const AttentionSpec& spec = model().layer(layer);
   const KvCacheConfig& c = cache().config();
@@ -81,30 +81,53 @@ void AttentionBackend::validate_forward(const char* entry, int layer, const Tens
     check("v", v, spec.num_kv_heads, spec.head_dim_vo);
   }
   check("out", out, spec.num_qo_heads, spec.head_dim_vo);
+  if (!lse.empty()) {
+    ATTNKIT_CHECK(caps().lse, who, ": this backend does not write the LSE (lse must be empty)");
+    ATTNKIT_CHECK(lse.rank == 2 && lse.dim(0) == n && lse.dim(1) == spec.num_qo_heads && lse.dtype == DType::f32 &&
+                      lse.device == caps().device,
+                  who, ": lse must be f32 [", n, ", ", spec.num_qo_heads, "] on ", device_name(caps().device), ", got ",
+                  lse.describe());
+  }
   const std::string why = why_unsupported(caps(), spec, c, &b, q.dtype);
   ATTNKIT_CHECK(why.empty(), name(), ": ", why);
 }
 
+namespace {
+// Holds the lse output for one call, and forgets it however the call ends.
+class LseScope {
+ public:
+  LseScope(TensorView& slot, const TensorView& lse) : slot_(slot) { slot_ = lse; }
+  ~LseScope() { slot_ = TensorView(); }
+  LseScope(const LseScope&) = delete;
+  LseScope& operator=(const LseScope&) = delete;
+
+ private:
+  TensorView& slot_;
+};
+}  // namespace
+
 void AttentionBackend::forward_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                                      const TensorView& out) {
-  validate_forward("forward_extend", layer, q, k, v, out);
+                                      const TensorView& out, const TensorView& lse) {
+  validate_forward("forward_extend", layer, q, k, v, out, lse);
+  LseScope scope(lse_output_, lse);
   run_extend(layer, q, k, v, out);
 }
 
 void AttentionBackend::forward_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                                      const TensorView& out) {
-  validate_forward("forward_decode", layer, q, k, v, out);
+                                      const TensorView& out, const TensorView& lse) {
+  validate_forward("forward_decode", layer, q, k, v, out, lse);
   ATTNKIT_CHECK(batch().mode == ForwardMode::decode, name(), " forward_decode: the batch mode must be decode, got ",
                 forward_mode_name(batch().mode));
+  LseScope scope(lse_output_, lse);
   run_decode(layer, q, k, v, out);
 }
 
 void AttentionBackend::forward(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                               const TensorView& out) {
+                               const TensorView& out, const TensorView& lse) {
   if (batch().mode == ForwardMode::decode) {
-    forward_decode(layer, q, k, v, out);
+    forward_decode(layer, q, k, v, out, lse);
   } else {
-    forward_extend(layer, q, k, v, out);
+    forward_extend(layer, q, k, v, out, lse);
   }
 }
 

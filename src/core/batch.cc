@@ -15,6 +15,14 @@ std::string_view forward_mode_name(ForwardMode mode) {
   return "?";
 }
 
+ForwardMode forward_mode_of(std::span<const int32_t> qo_indptr) {
+  const size_t n = qo_indptr.empty() ? 0 : qo_indptr.size() - 1;
+  size_t num_single = 0;
+  for (size_t i = 0; i < n; ++i) num_single += qo_indptr[i + 1] - qo_indptr[i] == 1;
+  if (n > 0 && num_single == n) return ForwardMode::decode;
+  return num_single == 0 ? ForwardMode::extend : ForwardMode::mixed;
+}
+
 int64_t ForwardBatch::total_kv_len() const {
   int64_t total = 0;
   for (int i = 0; i < batch_size(); ++i) total += kv_len(i);
@@ -241,7 +249,6 @@ ForwardBatch build_batch(KvCache& cache, const std::vector<RequestStep>& steps) 
   b.qo_indptr.push_back(0);
   b.kv_page_indptr.push_back(0);
   bool any_mask = false;
-  int num_single = 0;
   for (const RequestStep& s : steps) {
     const RequestId id = s.id >= 0 ? s.id : cache.add_request();
     const int64_t prefix = s.id >= 0 ? cache.length(id) : 0;
@@ -257,7 +264,6 @@ ForwardBatch build_batch(KvCache& cache, const std::vector<RequestStep>& steps) 
     b.kv_last_page_len.push_back(kv_len == 0 ? 0 : static_cast<int32_t>((kv_len - 1) % page_size + 1));
     for (int64_t j = 0; j < s.num_new_tokens; ++j) b.out_cache_loc.push_back(cache.slot(id, cached + j));
     any_mask = any_mask || !s.custom_mask.empty();
-    num_single += s.num_new_tokens == 1;
   }
   if (any_mask) {
     b.custom_mask_indptr.push_back(0);
@@ -266,8 +272,7 @@ ForwardBatch build_batch(KvCache& cache, const std::vector<RequestStep>& steps) 
       b.custom_mask_indptr.push_back(static_cast<int64_t>(b.custom_mask.size()));
     }
   }
-  const int n = static_cast<int>(steps.size());
-  b.mode = (n > 0 && num_single == n) ? ForwardMode::decode : num_single == 0 ? ForwardMode::extend : ForwardMode::mixed;
+  b.mode = forward_mode_of(b.qo_indptr);
   return b;
 }
 

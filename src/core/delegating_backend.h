@@ -21,11 +21,11 @@ class DelegatingBackend : public AttentionBackend {
   }
   void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                   const TensorView& out) final {
-    active_->forward_extend(layer, q, k, v, out);
+    active_->forward_extend(layer, q, k, v, out, lse_output());
   }
   void run_decode(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                   const TensorView& out) final {
-    active_->forward_decode(layer, q, k, v, out);
+    active_->forward_decode(layer, q, k, v, out, lse_output());
   }
 
  private:

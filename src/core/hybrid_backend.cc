@@ -56,6 +56,7 @@ class HybridBackend final : public DelegatingBackend {
     c.sinks = p.sinks && d.sinks;
     c.custom_mask = p.custom_mask;  // decode batches carry no custom mask of their own here
     c.cuda_graph = d.cuda_graph;
+    c.lse = p.lse && d.lse;
     return c;
   }
 

@@ -1,6 +1,8 @@
 // KvCache: pools, request page tables, and the validated store of new K/V.
 #include "attnkit/kv_cache.h"
 
+#include <utility>
+
 #include "core/store_kv.h"
 
 namespace attnkit {
@@ -39,24 +41,42 @@ void KvCacheConfig::validate() const {
 KvCache::KvCache(const KvCacheConfig& config) : config_(config), allocator_(config.num_pages) {
   config_.validate();
   for (int l = 0; l < config_.num_layers; ++l) {
-    k_pools_.emplace_back(config_.device, static_cast<size_t>(config_.num_slots()) * config_.k_slot_bytes());
+    owned_pools_.emplace_back(config_.device, static_cast<size_t>(config_.num_slots()) * config_.k_slot_bytes());
+    k_pools_.push_back(owned_pools_.back().data());
     if (!config_.mla) {
-      v_pools_.emplace_back(config_.device, static_cast<size_t>(config_.num_slots()) * config_.v_slot_bytes());
+      owned_pools_.emplace_back(config_.device, static_cast<size_t>(config_.num_slots()) * config_.v_slot_bytes());
+      v_pools_.push_back(owned_pools_.back().data());
     }
+  }
+}
+
+KvCache::KvCache(const KvCacheConfig& config, std::vector<void*> k_pools, std::vector<void*> v_pools)
+    : config_(config), allocator_(config.num_pages), k_pools_(std::move(k_pools)), v_pools_(std::move(v_pools)) {
+  config_.validate();
+  const size_t layers = static_cast<size_t>(config_.num_layers);
+  ATTNKIT_CHECK(k_pools_.size() == layers, "cache: k_pools must hold one pool a layer (", layers, "), got ",
+                k_pools_.size());
+  const size_t v_layers = config_.mla ? 0 : layers;
+  ATTNKIT_CHECK(v_pools_.size() == v_layers, "cache: v_pools must hold ",
+                (config_.mla ? "no pool for an MLA cache" : "one pool a layer"), " (", v_layers, "), got ",
+                v_pools_.size());
+  for (size_t l = 0; l < layers; ++l) {
+    ATTNKIT_CHECK(k_pools_[l] != nullptr, "cache: k_pools[", l, "] must not be null");
+    ATTNKIT_CHECK(config_.mla || v_pools_[l] != nullptr, "cache: v_pools[", l, "] must not be null");
   }
 }
 
 void* KvCache::k_pool(int layer) const {
   ATTNKIT_CHECK(layer >= 0 && layer < config_.num_layers, "cache: layer must be in 0..", config_.num_layers - 1,
                 ", got ", layer);
-  return k_pools_[static_cast<size_t>(layer)].data();
+  return k_pools_[static_cast<size_t>(layer)];
 }
 
 void* KvCache::v_pool(int layer) const {
   if (config_.mla) return k_pool(layer);
   ATTNKIT_CHECK(layer >= 0 && layer < config_.num_layers, "cache: layer must be in 0..", config_.num_layers - 1,
                 ", got ", layer);
-  return v_pools_[static_cast<size_t>(layer)].data();
+  return v_pools_[static_cast<size_t>(layer)];
 }
 
 TensorView KvCache::k_pool_view(int layer) const {

@@ -115,5 +115,38 @@ TEST(KvCache, MlaHasOneLatentPool) {
   EXPECT_EQ(cache.v_pool_view(0).dim(2), 10);  // V rows are read with the latent's stride
 }
 
+TEST(KvCache, ViewOverTheCallersPoolsStoresIntoThem) {
+  const KvCacheConfig c = small_config();
+  const size_t pool_floats = static_cast<size_t>(c.num_slots()) * 2 * 3;
+  std::vector<float> k0(pool_floats), v0(pool_floats), k1(pool_floats), v1(pool_floats);
+  KvCache cache(c, {k0.data(), k1.data()}, {v0.data(), v1.data()});
+  EXPECT_EQ(cache.k_pool(1), k1.data());
+  EXPECT_EQ(cache.v_pool_view(0).data, v0.data());
+  std::vector<float> k(6, 3.0f), v(6, 4.0f);
+  std::vector<int64_t> loc = {7};
+  cache.store(1, TensorView(k.data(), DType::f32, Device::cpu, {1, 2, 3}),
+              TensorView(v.data(), DType::f32, Device::cpu, {1, 2, 3}),
+              TensorView(loc.data(), DType::i64, Device::cpu, {1}));
+  EXPECT_EQ(k1[7 * 6 + 5], 3.0f);
+  EXPECT_EQ(v1[7 * 6], 4.0f);
+}
+
+TEST(KvCache, ViewChecksThePoolCounts) {
+  const KvCacheConfig c = small_config();
+  std::vector<float> pool(static_cast<size_t>(c.num_slots()) * 6);
+  try {
+    KvCache cache(c, {pool.data()}, {pool.data(), pool.data()});
+    FAIL() << "one K pool for two layers was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "cache: k_pools must hold one pool a layer (2), got 1");
+  }
+  try {
+    KvCache cache(c, {pool.data(), nullptr}, {pool.data(), pool.data()});
+    FAIL() << "a null pool was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "cache: k_pools[1] must not be null");
+  }
+}
+
 }  // namespace
 }  // namespace attnkit

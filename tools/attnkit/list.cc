@@ -34,7 +34,8 @@ constexpr const char* kFeatureWords =
     "request), mixed (both in one batch), mha (standard attention over K and V heads, not MLA), gqa (fewer "
     "KV heads than query heads), mla (DeepSeek's multi-head latent attention), causal (each token sees those "
     "before it), full (non-causal: every new token sees all), window (sliding window), softcap (logit soft-capping), "
-    "sinks (attention sinks), custom-mask (a given mask), cuda-graph (its calls can be captured in a CUDA graph).\n"
+    "sinks (attention sinks), custom-mask (a given mask), cuda-graph (its calls can be captured in a CUDA graph), "
+    "lse (forward can also return each row's log-sum-exp, for merging partial states).\n"
     "JSON: dtypes and features are arrays of words; head_dims and mla_dims are arrays of sizes or \"any\"; "
     "max_head_dim is a number or \"any\" (a limit only where head_dims is \"any\"); auto.table is the tuning "
     "table's file or null (the written rules).";
@@ -64,6 +65,7 @@ std::vector<std::string> features(const Capabilities& c) {
   add(c.sinks, "sinks");
   add(c.custom_mask, "custom-mask");
   add(c.cuda_graph, "cuda-graph");
+  add(c.lse, "lse");
   return f;
 }
 

@@ -21,8 +21,9 @@ void ReferenceBackend::run_extend(int layer, const TensorView& q, const TensorVi
   p.q_dtype = q.dtype;
   p.out = out.data;
   p.out_dtype = out.dtype;
-  p.lse = lse_.data();
+  p.lse = lse_output().empty() ? lse_.data() : lse_output().as<float>();
   reference::attention(p);
+  if (!lse_output().empty()) lse_.assign(p.lse, p.lse + lse_.size());
 }
 
 void register_reference_backend(Registry& registry) {

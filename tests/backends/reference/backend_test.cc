@@ -10,17 +10,29 @@
 namespace attnkit {
 namespace {
 
+// One layer of `spec` over an f32 cache of 8 pages of 2 slots: the cases worked out by hand.
+struct Hand {
+  explicit Hand(const AttentionSpec& spec) : cache(config(spec)) {
+    model.name = "hand";
+    model.layers = {spec};
+  }
+  static KvCacheConfig config(const AttentionSpec& spec) {
+    KvCacheConfig c = KvCacheConfig::for_spec(spec);
+    c.num_pages = 8;
+    c.page_size = 2;
+    c.dtype = DType::f32;
+    return c;
+  }
+  ModelSpec model;
+  KvCache cache;
+};
+
 // One request of `n` new tokens (no prefix), f32 everywhere, page size 2: runs `spec` and returns out.
 std::vector<float> run(const AttentionSpec& spec, int n, const std::vector<float>& q, const std::vector<float>& k,
                        const std::vector<float>& v, int prefix = 0) {
-  ModelSpec model;
-  model.name = "hand";
-  model.layers = {spec};
-  KvCacheConfig c = KvCacheConfig::for_spec(spec);
-  c.num_pages = 8;
-  c.page_size = 2;
-  c.dtype = DType::f32;
-  KvCache cache(c);
+  Hand hand(spec);
+  ModelSpec& model = hand.model;
+  KvCache& cache = hand.cache;
   ForwardBatch b = build_batch(cache, {{.id = -1, .prefix_len = prefix, .num_new_tokens = n - prefix, .custom_mask = {}}});
   auto backend = create_backend("reference", {&model, &cache});
   if (prefix > 0) {  // the first `prefix` tokens' K/V go straight into the cache
@@ -62,6 +74,30 @@ TEST(Reference, FourByFourCausalByHand) {
   // Row 0 sees key 0 alone; row 1 scores (0, 1); row 2 scores (1, 1, 2); row 3 scores all 0.
   const std::vector<double> want = {1, 0, 1 / (1 + e), e / (1 + e), (1 + e) / (2 + e), (1 + e) / (2 + e), 0.5, 1.0};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-6) << i;
+}
+
+TEST(Reference, WritesTheLseWhereAskedAndOthersRefuseIt) {
+  Hand hand(one_head(2));
+  const ForwardBatch b = build_batch(hand.cache, {{.id = -1, .prefix_len = 0, .num_new_tokens = 2, .custom_mask = {}}});
+  std::vector<float> q = {1, 0, 0, 1}, k = {1, 0, 0, 1}, v = {1, 0, 0, 1}, out(4), lse(2, NAN);
+  auto view = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, Device::cpu, {2, 1, 2}); };
+  const TensorView lse_view(lse.data(), DType::f32, Device::cpu, {2, 1});
+  for (const char* name : {"reference", "cpu"}) {
+    auto backend = create_backend(name, {&hand.model, &hand.cache});
+    backend->init_forward_metadata(b);
+    if (backend->caps().lse) {
+      backend->forward(0, view(q), view(k), view(v), view(out), lse_view);
+      EXPECT_NEAR(lse[0], 1.0, 1e-6);                       // row 0 sees key 0 alone: score 1
+      EXPECT_NEAR(lse[1], std::log(1.0 + std::exp(1.0)), 1e-6);  // row 1 scores (0, 1)
+    } else {
+      try {
+        backend->forward(0, view(q), view(k), view(v), view(out), lse_view);
+        FAIL() << name << " accepted an lse output it does not write";
+      } catch (const Error& e) {
+        EXPECT_STREQ(e.what(), "cpu forward_extend: this backend does not write the LSE (lse must be empty)");
+      }
+    }
+  }
 }
 
 TEST(Reference, ChunkedPrefillSeesThePrefix) {
