@@ -18,7 +18,13 @@ cuda_lib="${CUDA_LIB_DIR:-/usr/local/cuda/lib64}"
 rpath='$ORIGIN;$ORIGIN/..;$ORIGIN/../..;$ORIGIN/lib;$ORIGIN/../lib;$ORIGIN/../../lib'
 # The Python extension is built for the device's interpreter (DEVICE_PYTHON, default a python3.12
 # here), against nanobind installed for it in a virtual environment under the build folder.
-device_python="${DEVICE_PYTHON:-$(command -v python3.12 || ls "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1 || true)}"
+device_python="${DEVICE_PYTHON:-}"
+if [[ -z "$device_python" ]]; then
+  # The first candidate that runs (a pyenv shim is on PATH whether or not it can run 3.12).
+  for candidate in $(command -v python3.12) "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
+    if [[ -x "$candidate" ]] && "$candidate" -c "" 2>/dev/null; then device_python="$candidate"; break; fi
+  done
+fi
 python_args=()
 if [[ -n "$device_python" ]]; then
   "$device_python" -m venv "$build/py-venv" && "$build/py-venv/bin/pip" install -q nanobind==3.1.0 &&
@@ -61,7 +67,8 @@ fi
 # the CUDA toolkit (libcublas is in the toolkit there). Copied with their soname.
 missing_ok='linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libattnkit'
 for bin in "$dist/attnkit" "$dist"/tests/* "$dist"/bench/* "$dist"/lib/libattnkit.so* "$dist"/python/attnkit/*.so; do
-  [[ -f "$bin" ]] && ldd "$bin" | awk '/=>/ {print $1, $3}'
+  [[ -f "$bin" ]] || continue
+  ldd "$bin" | awk '/=>/ {print $1, $3}'
 done | sort -u | while read -r name path; do
   if ! grep -Eq "$missing_ok" <<<"$name" && [[ -f "$path" ]]; then
     cp -L "$path" "$dist/lib/$name"
