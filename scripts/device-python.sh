@@ -47,6 +47,11 @@ else
   note "python tests: skipped, pytest is not installed (scripts/fetch-third-party.sh puts it in .whl/)"
 fi
 
+# transformers and what it imports, from .whl/hf/ (fetch-third-party.sh), behind what is installed.
+if ! $py -c "import transformers" 2>/dev/null && ls .whl/hf/*.whl >/dev/null 2>&1; then
+  $py -m pip install -q --no-index --no-deps --target /tmp/site-hf .whl/hf/*.whl &&
+    export PYTHONPATH="$PYTHONPATH:/tmp/site-hf"
+fi
 if $py -c "import transformers" 2>/dev/null; then
   if $py examples/hf_generate.py --device cuda --backend planned --json "$out/hf_generate.json" \
       >"$out/hf_generate.log" 2>&1; then

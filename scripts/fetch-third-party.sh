@@ -52,6 +52,12 @@ pip_download "$tmp/wheels" "flashinfer-python==${FLASHINFER_VERSION}"
 pip_download .whl "$TVM_FFI_SPEC"
 # pytest and what it imports, for the Python tests (scripts/device-python.sh), pure-Python wheels.
 for w in pytest pluggy iniconfig packaging; do pip_download .whl "$w"; done
+# transformers (the Hugging Face example's model) with its dependencies, into .whl/hf/; they are
+# installed behind the device's own packages, so numpy and the rest there win.
+rm -rf .whl/hf
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}" \
+  -d .whl/hf "transformers==$(sed -n 's/^transformers==//p' python/requirements-test.txt)"
+rm -f .whl/hf/numpy-*.whl .whl/hf/hf_xet-*.whl  # hf_xet serves downloads only
 python3 scripts/slim_wheel.py "$tmp"/wheels/flashinfer_python-*.whl \
   ".whl/$(basename "$tmp"/wheels/flashinfer_python-*.whl)"
 

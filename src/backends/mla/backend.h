@@ -49,7 +49,8 @@ class MlaBackend final : public AttentionBackend {
   // One upload: counts (int32 [2]: work items, merges), out_cache_loc, work list, merges, page table.
   struct Layout {
     size_t loc = 0, work = 0, merges = 0, pages = 0, total = 0;
-    explicit Layout(const Sizes& n = {});
+    Layout() = default;
+    explicit Layout(const Sizes& n);
   };
   struct Arena {
     Buffer plan;      // Layout's bytes
