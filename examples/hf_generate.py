@@ -6,8 +6,12 @@ The model is Qwen3-0.6B's real configuration (or Llama-3-8B's) cut to a few laye
 weights. The SDPA side generates for each prompt alone (transformers' own KV cache); the attnkit side
 serves all prompts by continuous batching: requests join at different steps (their prefill packed with
 the others' decode tokens into one mixed batch), generate, and leave, their pages going to later ones.
-At every step each request's next-token logits must agree within the dtype's tolerance, and the greedy
-tokens must be equal throughout. Exit status 1 when they are not.
+The attnkit side is fed the SDPA side's greedy tokens (teacher forcing), so every one of the steps
+compares the two on the same inputs: each request's next-token logits must agree within the dtype's
+tolerance at every step, and the greedy tokens must be equal at every step but near ties, where SDPA's
+two best logits are within twice the tolerance of each other (two results that each agree within the
+tolerance may then pick either; with random weights and bfloat16 a few such steps occur). Exit status 1
+when they do not agree.
 
     python examples/hf_generate.py                                  # CPU: backend cpu, float32
     python examples/hf_generate.py --device cuda --backend planned  # GPU: bfloat16
@@ -74,9 +78,10 @@ def generate_sdpa(model, prompt, steps):
 
 
 @torch.no_grad()
-def generate_attnkit(model, prompts, steps, joins, args):
+def generate_attnkit(model, prompts, steps, joins, args, forced):
     """Continuous batching over one paged cache: request i joins at step joins[i] and leaves after
-    `steps` tokens. Returns per request its tokens and logits, and the peak number of requests a step."""
+    `steps` tokens, its input at each step being forced[i]'s token of the step before. Returns per
+    request its greedy tokens and logits, and the peak number of requests a step."""
     import attnkit.hf
 
     device = prompts[0].device
@@ -87,7 +92,8 @@ def generate_attnkit(model, prompts, steps, joins, args):
     running, step, peak, mixed_steps = [], 0, 0, 0
     while any(len(t) < steps for t in tokens.values()):
         running += [i for i, j in enumerate(joins) if j == step]
-        new = {i: (prompts[i] if not tokens[i] else torch.tensor([tokens[i][-1]], device=device)) for i in running}
+        new = {i: (prompts[i] if not tokens[i] else torch.tensor([forced[i][len(tokens[i]) - 1]], device=device))
+               for i in running}
         positions = cache.schedule({i: len(t) for i, t in new.items()})
         peak = max(peak, len(running))
         mixed_steps += cache.batch.mode == "mixed"
@@ -120,20 +126,26 @@ def run(args):
     expected = [generate_sdpa(sdpa, p, args.steps) for p in prompts]
     sdpa_s = time.perf_counter() - start
     start = time.perf_counter()
-    got_tokens, got_logits, stats = generate_attnkit(ours, prompts, args.steps, joins, args)
+    forced = [tokens for tokens, _ in expected]
+    got_tokens, got_logits, stats = generate_attnkit(ours, prompts, args.steps, joins, args, forced)
     attnkit_s = time.perf_counter() - start
     tolerance = TOLERANCE[dtype]
-    worst, first_token_mismatch = 0.0, None
+    worst, first_token_mismatch, near_ties = 0.0, None, []
     for i, (want_tokens, want_logits) in enumerate(expected):
         for s in range(args.steps):
             worst = max(worst, float((got_logits[i][s] - want_logits[s]).abs().max()))
-            if first_token_mismatch is None and got_tokens[i][s] != want_tokens[s]:
+            if got_tokens[i][s] == want_tokens[s]:
+                continue
+            top2 = want_logits[s].topk(2).values
+            if float(top2[0] - top2[1]) <= 2 * tolerance:
+                near_ties.append(dict(request=i, step=s, margin=round(float(top2[0] - top2[1]), 4)))
+            elif first_token_mismatch is None:
                 first_token_mismatch = dict(request=i, step=s, attnkit=got_tokens[i][s], sdpa=want_tokens[s])
     result = dict(model=args.model, layers=args.layers, dtype=args.dtype, device=str(device), **stats,
                   prompts=lengths, joins=joins, tokens_per_request=args.steps, max_abs_logit_diff=worst,
                   tolerance=tolerance, greedy_tokens_equal=first_token_mismatch is None,
-                  first_token_mismatch=first_token_mismatch, sdpa_seconds=round(sdpa_s, 2),
-                  attnkit_seconds=round(attnkit_s, 2))
+                  first_token_mismatch=first_token_mismatch, near_ties=near_ties,
+                  sdpa_seconds=round(sdpa_s, 2), attnkit_seconds=round(attnkit_s, 2))
     result["ok"] = worst <= tolerance and first_token_mismatch is None
     return result
 
@@ -166,10 +178,10 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
-    print("%s: %s, %d requests x %d tokens, max |logit diff| %.3g (tolerance %g), greedy tokens %s"
+    print("%s: %s, %d requests x %d tokens, max |logit diff| %.3g (tolerance %g), greedy tokens %s, %d near ties"
           % ("ok" if result["ok"] else "MISMATCH", result["backend"], len(result["prompts"]), args.steps,
              result["max_abs_logit_diff"], result["tolerance"], "equal" if result["greedy_tokens_equal"] else
-             "differ at %s" % result["first_token_mismatch"]))
+             "differ at %s" % result["first_token_mismatch"], len(result["near_ties"])))
     return 0 if result["ok"] else 1
 
 
