@@ -42,6 +42,7 @@ struct Capabilities {
   bool soft_cap = true;
   bool sinks = true;
   bool custom_mask = true;
+  bool variants = false;             // AttentionSpec::score_mod / mask_mod
   bool cuda_graph = false;
   bool lse = false;                  // forward can also write each output row's log-sum-exp
 };

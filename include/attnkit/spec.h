@@ -19,6 +19,14 @@ struct AttentionSpec {
   int window_left = -1;   // -1: no window; else key j is visible to the query at position i iff j >= i - window_left
   float logits_soft_cap = 0.0f;  // 0: off; else logits become cap * tanh(logits / cap) (after scaling)
   std::vector<float> sinks;      // [num_qo_heads] learned logits added to every softmax denominator; empty: off
+  // User-defined variants (FlexAttention's score_mod / mask_mod), one C++ expression each in the
+  // subset src/core/variant_expr.h documents; empty: off. score_mod rewrites each logit after the
+  // scale and the soft-cap (ALiBi: "score - 0.0625f * (q_pos - kv_pos)"); mask_mod keeps a key
+  // where it is true, on top of the causal rule, the window and a batch's custom mask (a
+  // document mask: "kv_pos / 512 == q_pos / 512"). Both may read q_pos, kv_pos, head, kv_head,
+  // request, q_len and kv_len; score_mod also score.
+  std::string score_mod;
+  std::string mask_mod;
   int kv_lora_rank = 0;          // > 0: MLA in the absorbed form
   int qk_rope_head_dim = 0;
 

@@ -18,7 +18,8 @@ void bind_spec(nb::module_& m) {
       .def(
           "__init__",
           [](AttentionSpec* self, int num_qo_heads, int num_kv_heads, int head_dim, std::optional<int> head_dim_vo,
-             float sm_scale, bool causal, int window_left, float logits_soft_cap, std::vector<float> sinks) {
+             float sm_scale, bool causal, int window_left, float logits_soft_cap, std::vector<float> sinks,
+             std::string score_mod, std::string mask_mod) {
             new (self) AttentionSpec(AttentionSpec::dense(num_qo_heads, num_kv_heads, head_dim));
             self->head_dim_vo = head_dim_vo.value_or(head_dim);
             self->sm_scale = sm_scale;
@@ -26,15 +27,20 @@ void bind_spec(nb::module_& m) {
             self->window_left = window_left;
             self->logits_soft_cap = logits_soft_cap;
             self->sinks = std::move(sinks);
+            self->score_mod = std::move(score_mod);
+            self->mask_mod = std::move(mask_mod);
             self->validate();
           },
           nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"), nb::kw_only(),
           nb::arg("head_dim_vo") = nb::none(), nb::arg("sm_scale") = 0.0f, nb::arg("causal") = true,
           nb::arg("window_left") = -1, nb::arg("logits_soft_cap") = 0.0f, nb::arg("sinks") = std::vector<float>{},
+          nb::arg("score_mod") = "", nb::arg("mask_mod") = "",
           "num_qo_heads query heads over num_kv_heads KV heads of head_dim (head_dim_vo for V, default head_dim).\n"
           "sm_scale 0 means 1/sqrt(head_dim); window_left -1 means no window (else key j is visible to the query\n"
           "at position i iff j >= i - window_left); logits_soft_cap 0 is off (else cap * tanh(logits / cap));\n"
-          "sinks: [num_qo_heads] learned logits added to every softmax denominator (empty: off).")
+          "sinks: [num_qo_heads] learned logits added to every softmax denominator (empty: off);\n"
+          "score_mod / mask_mod: user-defined variants, one C++ expression each (empty: off), e.g. ALiBi\n"
+          "'score - 0.0625f * (q_pos - kv_pos)' or a document mask 'kv_pos / 512 == q_pos / 512'.")
       .def_static(
           "mla",
           [](int num_qo_heads, int kv_lora_rank, int qk_rope_head_dim, float sm_scale) {
@@ -53,6 +59,8 @@ void bind_spec(nb::module_& m) {
       .def_rw("window_left", &AttentionSpec::window_left)
       .def_rw("logits_soft_cap", &AttentionSpec::logits_soft_cap)
       .def_rw("sinks", &AttentionSpec::sinks)
+      .def_rw("score_mod", &AttentionSpec::score_mod)
+      .def_rw("mask_mod", &AttentionSpec::mask_mod)
       .def_rw("kv_lora_rank", &AttentionSpec::kv_lora_rank)
       .def_rw("qk_rope_head_dim", &AttentionSpec::qk_rope_head_dim)
       .def_prop_ro("kind", [](const AttentionSpec& s) { return std::string(attention_kind_name(s.kind())); },

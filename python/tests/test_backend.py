@@ -106,6 +106,13 @@ def test_the_spec_is_checked():
         attnkit.AttentionSpec(6, 4, 64)
 
 
+def test_variants_are_parsed_with_the_spec():
+    spec = attnkit.AttentionSpec(4, 2, 64, score_mod="score - 0.0625f * (q_pos - kv_pos)", mask_mod="kv_pos < 512")
+    assert spec.score_mod == "score - 0.0625f * (q_pos - kv_pos)" and spec.mask_mod == "kv_pos < 512"
+    with pytest.raises(attnkit.Error, match=r"^spec: score_mod: unknown name 'qpos' .* at column 9 of 'score - qpos'$"):
+        attnkit.AttentionSpec(4, 2, 64, score_mod="score - qpos")
+
+
 def test_presets():
     model = attnkit.ModelSpec.preset("qwen3-0.6b", num_layers=2)
     assert model.num_layers == 2 and model.layer(0).num_qo_heads == 16 and model.layer(0).head_dim_qk == 128

@@ -54,6 +54,7 @@ class HybridBackend final : public DelegatingBackend {
     c.window = p.window && d.window;
     c.soft_cap = p.soft_cap && d.soft_cap;
     c.sinks = p.sinks && d.sinks;
+    c.variants = p.variants && d.variants;
     c.custom_mask = p.custom_mask;  // decode batches carry no custom mask of their own here
     c.cuda_graph = d.cuda_graph;
     c.lse = p.lse && d.lse;

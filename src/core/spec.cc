@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "attnkit/error.h"
+#include "core/variant_expr.h"
 
 namespace attnkit {
 
@@ -46,6 +47,12 @@ void AttentionSpec::validate() const {
                 "spec: logits_soft_cap must be finite and >= 0, got ", logits_soft_cap);
   ATTNKIT_CHECK(sinks.empty() || static_cast<int>(sinks.size()) == num_qo_heads,
                 "spec: sinks must have num_qo_heads (", num_qo_heads, ") values, got ", sinks.size());
+  if (!score_mod.empty()) VariantExpr::parse(score_mod, "spec: score_mod");
+  if (!mask_mod.empty()) {
+    ATTNKIT_CHECK(!VariantExpr::parse(mask_mod, "spec: mask_mod").reads_score(),
+                  "spec: mask_mod decides which keys are visible before any score exists, so it cannot read score: '",
+                  mask_mod, "'");
+  }
   if (is_mla()) {
     ATTNKIT_CHECK(num_kv_heads == 1, "spec: MLA reads one latent vector per token, so num_kv_heads must be 1, got ",
                   num_kv_heads);
@@ -68,6 +75,8 @@ std::string AttentionSpec::describe() const {
   if (window_left >= 0) os << " window " << window_left;
   if (logits_soft_cap > 0) os << " softcap " << logits_soft_cap;
   if (!sinks.empty()) os << " sinks";
+  if (!score_mod.empty()) os << " score_mod '" << score_mod << "'";
+  if (!mask_mod.empty()) os << " mask_mod '" << mask_mod << "'";
   return os.str();
 }
 

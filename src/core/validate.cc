@@ -74,6 +74,8 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
   if (spec.window_left >= 0 && !caps.window) return concat("sliding window is not supported (window_left ", spec.window_left, ")");
   if (spec.logits_soft_cap > 0 && !caps.soft_cap) return concat("logits soft-cap is not supported (", spec.logits_soft_cap, ")");
   if (!spec.sinks.empty() && !caps.sinks) return "attention sinks are not supported";
+  if (!caps.variants && !spec.score_mod.empty()) return concat("score_mod is not supported ('", spec.score_mod, "')");
+  if (!caps.variants && !spec.mask_mod.empty()) return concat("mask_mod is not supported ('", spec.mask_mod, "')");
   if (batch) {
     if (batch->mode == ForwardMode::extend && !caps.extend) return "extend batches are not supported";
     if (batch->mode == ForwardMode::decode && !caps.decode) return "decode batches are not supported";

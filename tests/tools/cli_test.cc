@@ -214,6 +214,20 @@ TEST(Cli, CheckPassesAndSaysSo) {
   EXPECT_NE(one_thread.output.find("2 passed, 0 failed"), std::string::npos) << one_thread.output;
 }
 
+TEST(Cli, VariantsRunWhereABackendHasThemAndAreSkippedElsewhere) {
+  const Outcome ref = run_tool("check --backend reference --cases 2 --preset qwen3-0.6b --score-mod "
+                               "'score - 0.0625f * (q_pos - kv_pos)' --mask-mod 'kv_pos / 64 == q_pos / 64'");
+  EXPECT_EQ(ref.status, 0) << ref.output;
+  EXPECT_NE(ref.output.find("2 passed, 0 failed"), std::string::npos) << ref.output;
+  const Outcome cpu = run_tool("check --backend cpu --cases 1 --preset qwen3-0.6b --mask-mod 'kv_pos < 8'");
+  EXPECT_EQ(cpu.status, 0) << cpu.output;
+  EXPECT_NE(cpu.output.find("SKIP (mask_mod is not supported ('kv_pos < 8'))"), std::string::npos) << cpu.output;
+  const Outcome bad = run_tool("check --backend reference --cases 1 --mask-mod 'score > 0'");
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("mask_mod decides which keys are visible before any score exists"), std::string::npos)
+      << bad.output;
+}
+
 TEST(Cli, BenchRunsAndReportsRates) {
   const Outcome r = run_tool("bench --backend reference --phase decode --batch 2 --kv-len 64 --repeats 3 --warmup 1");
   EXPECT_EQ(r.status, 0) << r.output;

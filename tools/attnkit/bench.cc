@@ -41,7 +41,7 @@ struct Options {
   std::string decode_join = "all-wait";
   bool cpu_bf16_dot = true;
   std::string decode_timeline;
-  int heads = 0;          // 0: the preset's
+  ModelEdits edits;
 };
 
 harness::Phase parse_phase(const std::string& p) {
@@ -129,10 +129,10 @@ std::function<int()> add_bench(CLI::App& app) {
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
   cmd->add_flag("--ceilings", o->ceilings, "Measure this machine's read bandwidth and matrix/FMA rate, and report fractions");
-  add_heads_option(*cmd, &o->heads);
+  add_model_options(*cmd, &o->edits);
   add_threads_option(*cmd);
   return [o] {
-    const ModelSpec model = with_qo_heads(make_preset(o->preset), o->heads);
+    const ModelSpec model = with_edits(make_preset(o->preset), o->edits);
     const harness::Phase phase = parse_phase(o->phase);
     const int batch = o->batch ? o->batch : (phase == harness::Phase::prefill ? 1 : 8);
     const int64_t kv_len = o->kv_len ? o->kv_len : (phase == harness::Phase::prefill ? 512 : 4096);

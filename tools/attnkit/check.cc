@@ -27,7 +27,7 @@ std::function<int()> add_check(CLI::App& app) {
     int cases = 8;
     uint64_t seed = 1;
     bool standard = false;
-    int heads = 0;
+    ModelEdits edits;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--backend", o->backend, "Backend name, or all")->check(CLI::IsMember(backend_choices()));
@@ -36,7 +36,7 @@ std::function<int()> add_check(CLI::App& app) {
   cmd->add_option("--cases", o->cases, "Random cases per backend")->check(whole_number(1, 100000));
   cmd->add_option("--seed", o->seed, "Seed of the random cases")->check(unsigned_integer());
   cmd->add_flag("--standard", o->standard, "Also run the fixed conformance table");
-  add_heads_option(*cmd, &o->heads);
+  add_model_options(*cmd, &o->edits);
   add_threads_option(*cmd);
   add_cpu_target_option(*cmd);
   return [o] {
@@ -49,7 +49,7 @@ std::function<int()> add_check(CLI::App& app) {
     } else {
       backends.push_back(o->backend);
     }
-    const ModelSpec model = with_qo_heads(make_preset(o->preset), o->heads);
+    const ModelSpec model = with_edits(make_preset(o->preset), o->edits);
     int passed = 0, failed = 0, skipped = 0;
     for (const std::string& name : backends) {
       const BackendInfo& info = registry.get(name);

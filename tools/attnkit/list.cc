@@ -64,6 +64,7 @@ std::vector<std::string> features(const Capabilities& c) {
   add(c.soft_cap, "softcap");
   add(c.sinks, "sinks");
   add(c.custom_mask, "custom-mask");
+  add(c.variants, "variants");
   add(c.cuda_graph, "cuda-graph");
   add(c.lse, "lse");
   return f;

@@ -98,19 +98,27 @@ void add_threads_option(CLI::App& cmd) {
       ->check(whole_number(1, 1024));
 }
 
-void add_heads_option(CLI::App& cmd, int* heads) {
-  cmd.add_option("--heads", *heads, "Query heads of every layer (default: the preset's)")->check(whole_number(1, 1024));
+void add_model_options(CLI::App& cmd, ModelEdits* edits) {
+  cmd.add_option("--heads", edits->heads, "Query heads of every layer (default: the preset's)")->check(whole_number(1, 1024));
+  cmd.add_option("--score-mod", edits->score_mod,
+                 "A C++ expression that rewrites each scaled logit, e.g. 'score - 0.0625f * (q_pos - kv_pos)' (ALiBi)");
+  cmd.add_option("--mask-mod", edits->mask_mod,
+                 "A C++ expression true where a key is visible, on top of causal and window, e.g. 'kv_pos / 512 == q_pos / 512'");
 }
 
-ModelSpec with_qo_heads(ModelSpec model, int heads) {
-  if (heads == 0) return model;
+ModelSpec with_edits(ModelSpec model, const ModelEdits& edits) {
   for (AttentionSpec& s : model.layers) {
-    ATTNKIT_CHECK(heads % s.num_kv_heads == 0, "--heads must be a multiple of the preset's ", s.num_kv_heads,
-                  " KV heads, got ", heads);
-    s.num_qo_heads = heads;
-    if (!s.sinks.empty()) s.sinks.resize(static_cast<size_t>(heads), s.sinks.back());
+    if (edits.heads != 0) {
+      ATTNKIT_CHECK(edits.heads % s.num_kv_heads == 0, "--heads must be a multiple of the preset's ", s.num_kv_heads,
+                    " KV heads, got ", edits.heads);
+      s.num_qo_heads = edits.heads;
+      if (!s.sinks.empty()) s.sinks.resize(static_cast<size_t>(edits.heads), s.sinks.back());
+    }
+    s.score_mod = edits.score_mod;
+    s.mask_mod = edits.mask_mod;
+    s.validate();
   }
-  model.name += "-h" + std::to_string(heads);
+  if (edits.heads != 0) model.name += "-h" + std::to_string(edits.heads);
   return model;
 }
 

@@ -29,12 +29,18 @@ void add_threads_option(CLI::App& cmd);
 // --cpu-target NAME: the `cpu` kernels' SIMD target (attnkit/cpu_target.h), set as it is parsed.
 void add_cpu_target_option(CLI::App& cmd);
 
-// Adds --heads N to a subcommand: every layer of the preset with N query heads (e.g. deepseek-v3's
-// 128 as 16, the share of one GPU at tensor parallelism 8); 0 keeps the preset's.
-void add_heads_option(CLI::App& cmd, int* heads);
-// `model` with `heads` query heads on every layer (0: unchanged); throws attnkit::Error where the
-// KV heads do not divide them.
-ModelSpec with_qo_heads(ModelSpec model, int heads);
+// Changes to a preset a subcommand offers: --heads N (every layer with N query heads, e.g.
+// deepseek-v3's 128 as 16, the share of one GPU at tensor parallelism 8; 0 keeps the preset's) and
+// --score-mod / --mask-mod (user-defined variants on every layer, AttentionSpec::score_mod).
+struct ModelEdits {
+  int heads = 0;
+  std::string score_mod;
+  std::string mask_mod;
+};
+void add_model_options(CLI::App& cmd, ModelEdits* edits);
+// `model` with the edits applied; throws attnkit::Error where the KV heads do not divide the heads
+// or an expression does not parse (the message names the column).
+ModelSpec with_edits(ModelSpec model, const ModelEdits& edits);
 
 // A backend the user named on its own must run here: throws attnkit::Error with the reason where it
 // cannot (`all` passes over such backends instead).

@@ -9,6 +9,7 @@ Capabilities capabilities() {
   c.kv_dtypes = {DType::f32, DType::f16, DType::bf16, DType::e4m3};
   c.mla = true;
   c.lse = true;
+  c.variants = true;
   return c;  // everything else: the defaults, which allow every feature
 }
 

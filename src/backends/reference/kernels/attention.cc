@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
+
+#include "core/variant_expr.h"
 
 namespace attnkit::reference {
 
@@ -53,6 +56,12 @@ void attention(const AttentionParams& p) {
   const int64_t k_row = int64_t{c.num_kv_heads} * c.head_dim_k;
   const int64_t v_row = c.mla ? c.head_dim_k : int64_t{c.num_kv_heads} * c.head_dim_v;
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  // User-defined variants: evaluated in float on the inputs a kernel sees (core/variant_expr.h).
+  const std::optional<VariantExpr> score_mod =
+      spec.score_mod.empty() ? std::nullopt : std::optional(VariantExpr::parse(spec.score_mod, "score_mod"));
+  const std::optional<VariantExpr> mask_mod =
+      spec.mask_mod.empty() ? std::nullopt : std::optional(VariantExpr::parse(spec.mask_mod, "mask_mod"));
+  VariantInputs vin;
 
   std::vector<double> k, v, scores, q_row(static_cast<size_t>(dk));
   for (int i = 0; i < b.batch_size(); ++i) {
@@ -68,13 +77,25 @@ void attention(const AttentionParams& p) {
           // S = q K^T * scale, soft-capped, masked.
           scores.assign(static_cast<size_t>(kv_len), kNegInf);
           double m = kNegInf;
+          vin.head = h;
+          vin.kv_head = kv_head;
+          vin.request = i;
+          vin.q_len = b.qo_len(i);
+          vin.kv_len = kv_len;
+          vin.q_pos = static_cast<int32_t>(b.prefix_lens[i] + j);
           for (int t = 0; t < kv_len; ++t) {
             if (!is_visible(spec, b, i, j, t)) continue;
+            vin.kv_pos = t;
+            if (mask_mod && !mask_mod->eval_bool(vin)) continue;
             double s = 0.0;
             const double* k_row_t = k.data() + static_cast<size_t>(t) * dk;
             for (int e = 0; e < dk; ++e) s += q_row[static_cast<size_t>(e)] * k_row_t[e];
             s *= scale;
             if (cap > 0.0) s = cap * std::tanh(s / cap);
+            if (score_mod) {
+              vin.score = static_cast<float>(s);
+              s = score_mod->eval_float(vin);
+            }
             scores[static_cast<size_t>(t)] = s;
             m = std::max(m, s);
           }
