@@ -25,6 +25,7 @@ struct Capabilities {
   std::vector<DType> kv_dtypes;      // cache dtypes
   std::vector<int> head_dims;        // supported head_dim_qk == head_dim_vo values; empty: any
   int max_head_dim = 0;              // with head_dims empty: head_dim_qk and head_dim_vo at most this (0: any)
+  int head_dim_multiple = 1;         // head_dim_qk and head_dim_vo must be multiples of this
   bool mla = false;                  // MLA (absorbed form)
   std::vector<int> mla_dims;         // supported kv_lora_rank values for MLA; empty: any
   std::vector<int> mla_rope_dims;    // supported qk_rope_head_dim values for MLA; empty: any

@@ -10,6 +10,7 @@ void register_cpu_backend(Registry& registry);
 void register_cuda_naive_backend(Registry& registry);
 void register_planned_backend(Registry& registry);
 void register_mla_backend(Registry& registry);
+void register_jit_backend(Registry& registry);
 #endif
 
 void register_builtin_backends(Registry& registry) {
@@ -19,6 +20,7 @@ void register_builtin_backends(Registry& registry) {
   register_cuda_naive_backend(registry);
   register_planned_backend(registry);
   register_mla_backend(registry);
+  register_jit_backend(registry);
 #endif
 }
 

@@ -64,6 +64,11 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
       return concat("head_dim_qk and head_dim_vo must be at most ", caps.max_head_dim, ", got ", spec.head_dim_qk,
                     " and ", spec.head_dim_vo);
     }
+    if (caps.head_dim_multiple > 1 &&
+        (spec.head_dim_qk % caps.head_dim_multiple != 0 || spec.head_dim_vo % caps.head_dim_multiple != 0)) {
+      return concat("head_dim_qk and head_dim_vo must be multiples of ", caps.head_dim_multiple, ", got ",
+                    spec.head_dim_qk, " and ", spec.head_dim_vo);
+    }
     if (!caps.gqa && spec.num_qo_heads != spec.num_kv_heads) {
       return concat("GQA/MQA is not supported (num_qo_heads ", spec.num_qo_heads, " != num_kv_heads ",
                     spec.num_kv_heads, ")");

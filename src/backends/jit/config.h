@@ -1,0 +1,25 @@
+// What the `jit` backend runs, written once: capabilities(), the support check and the kernel key
+// read it. Host-only: no CUDA header.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "attnkit/backend.h"
+#include "attnkit/dtype.h"
+
+namespace attnkit::jit {
+
+struct Support {
+  static constexpr std::array<DType, 2> q_dtypes = {DType::bf16, DType::f16};   // q, k, v and out
+  static constexpr std::array<DType, 2> kv_dtypes = {DType::bf16, DType::f16};  // the cache, either with either q
+  // Any head dims that are multiples of 8 up to this, qk and vo apart (96, 112, 160, 192/128 ...).
+  static constexpr int max_head_dim = 256;
+  static constexpr int head_dim_multiple = 8;
+};
+
+Capabilities capabilities();
+// Why the backend cannot run here (no CUDA device, no NVRTC), or empty.
+std::string why_unavailable();
+
+}  // namespace attnkit::jit

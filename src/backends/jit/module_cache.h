@@ -1,0 +1,37 @@
+// Compiled kernels of the `jit` backend, by key: rendered, compiled with NVRTC (or read from the
+// disk cache), loaded once per process and kept; a later call with the same key is a map lookup.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backends/jit/disk_cache.h"
+#include "backends/jit/source.h"
+
+namespace attnkit::jit {
+
+struct CompiledKernel {
+  const void* entry = nullptr;  // a cudaKernel_t, launched through cudaLaunchKernel
+  double compile_ms = 0.0;      // NVRTC's time; 0 where the module came from the disk cache
+  double load_ms = 0.0;         // the disk read and the module load
+  bool from_disk = false;
+};
+
+class ModuleCache {
+ public:
+  static ModuleCache& global();
+  // The kernel for `key` on the current device; throws attnkit::Error with NVRTC's log where the
+  // source does not compile.
+  const CompiledKernel& get(const KernelKey& key);
+  // "sm_90" for the current device: compiled code is specific to it.
+  static std::string device_arch();
+
+ private:
+  ModuleCache();
+  std::mutex mutex_;
+  DiskCache disk_;
+  std::map<std::string, CompiledKernel> kernels_;  // by the cache key text
+};
+
+}  // namespace attnkit::jit

@@ -1,0 +1,42 @@
+#include "backends/jit/source.h"
+
+#include "attnkit/error.h"
+#include "backends/jit/kernels/warp_row.h"
+
+namespace attnkit::jit {
+
+namespace {
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
+}
+
+}  // namespace
+
+std::string KernelKey::describe() const {
+  std::string s = detail::concat("warp_row d", head_dim_qk, "/", head_dim_vo, " g", group, " p", page_size, " ",
+                                 dtype_name(dtype), " kv ", dtype_name(kv_dtype));
+  if (!score_mod.empty()) s += " score_mod " + score_mod;
+  if (!mask_mod.empty()) s += " mask_mod " + mask_mod;
+  return s;
+}
+
+std::string render_warp_row(const KernelKey& key) {
+  for (DType d : {key.dtype, key.kv_dtype}) {
+    ATTNKIT_CHECK(d == DType::bf16 || d == DType::f16, "jit: the warp-row kernel reads bf16 or f16, got ", dtype_name(d));
+  }
+  std::string s = kWarpRowTemplate;
+  // Longer names first: $HEAD_DIM_QK before a shorter name that prefixes it (none today, kept so).
+  replace_all(s, "$HEAD_DIM_QK", std::to_string(key.head_dim_qk));
+  replace_all(s, "$HEAD_DIM_VO", std::to_string(key.head_dim_vo));
+  replace_all(s, "$GROUP", std::to_string(key.group));
+  replace_all(s, "$PAGE_SIZE", std::to_string(key.page_size));
+  replace_all(s, "$Q_BF16", key.dtype == DType::bf16 ? "1" : "0");
+  replace_all(s, "$KV_BF16", key.kv_dtype == DType::bf16 ? "1" : "0");
+  replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)) + ", cache " + std::string(dtype_name(key.kv_dtype)));
+  replace_all(s, "$SCORE_MOD", key.score_mod.empty() ? "score" : key.score_mod);
+  replace_all(s, "$MASK_MOD", key.mask_mod.empty() ? "true" : key.mask_mod);
+  return s;
+}
+
+}  // namespace attnkit::jit

@@ -1,0 +1,55 @@
+// The jit kernel template, rendered for the keys users reach (head dims 64-256 and 96, 192/128,
+// GQA groups, page sizes, bf16 / f16 q and cache, variants) and compiled by NVRTC for sm_90a here,
+// without a GPU: a template that does not compile fails here, not on a user's first call.
+#include "backends/jit/source.h"
+
+#include <gtest/gtest.h>
+
+#include "backends/jit/nvrtc.h"
+#include "core/variant_expr.h"
+
+namespace attnkit::jit {
+namespace {
+
+KernelKey key(int dk, int dv, int group, int page, DType q, DType kv) {
+  KernelKey k;
+  k.head_dim_qk = dk;
+  k.head_dim_vo = dv;
+  k.group = group;
+  k.page_size = page;
+  k.dtype = q;
+  k.kv_dtype = kv;
+  return k;
+}
+
+TEST(JitSource, RendersEveryPlaceholder) {
+  KernelKey k = key(192, 128, 4, 16, DType::bf16, DType::f16);
+  k.score_mod = VariantExpr::parse("score - 0.0625f * (q_pos - kv_pos)", "score_mod").cuda_source();
+  const std::string s = render_warp_row(k);
+  EXPECT_EQ(s.find('$'), std::string::npos) << "an unreplaced placeholder";
+  EXPECT_NE(s.find("#define HEAD_DIM_QK 192"), std::string::npos);
+  EXPECT_NE(s.find("#define HEAD_DIM_VO 128"), std::string::npos);
+  EXPECT_NE(s.find("return (score - (0.0625f * ((float)(q_pos - kv_pos))));"), std::string::npos);
+  EXPECT_NE(s.find("return true;"), std::string::npos);  // no mask_mod
+  EXPECT_EQ(k.describe(), "warp_row d192/128 g4 p16 bf16 kv f16 score_mod (score - (0.0625f * ((float)(q_pos - kv_pos))))");
+}
+
+TEST(JitSource, EveryKindOfKeyCompilesForSm90a) {
+  std::string why;
+  const Nvrtc* nvrtc = Nvrtc::get(&why);
+  if (!nvrtc) GTEST_SKIP() << why;
+  std::vector<KernelKey> keys = {key(128, 128, 4, 16, DType::bf16, DType::bf16), key(64, 64, 1, 1, DType::f16, DType::f16),
+                                 key(256, 256, 8, 64, DType::bf16, DType::f16), key(96, 96, 2, 256, DType::f16, DType::bf16),
+                                 key(192, 128, 16, 32, DType::bf16, DType::bf16), key(8, 8, 64, 2, DType::bf16, DType::bf16)};
+  KernelKey variants = keys[0];
+  variants.score_mod = VariantExpr::parse("q_pos - kv_pos > 100 ? score * 0.5f : 30.0f * tanhf(score / 30.0f)", "s").cuda_source();
+  variants.mask_mod = VariantExpr::parse("kv_pos / 512 == q_pos / 512 || kv_pos < 4", "m").cuda_source();
+  keys.push_back(variants);
+  for (const KernelKey& k : keys) {
+    const std::vector<char> cubin = nvrtc->compile_cubin(render_warp_row(k), k.describe(), "sm_90a", {});
+    EXPECT_GT(cubin.size(), 1000u) << k.describe();
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::jit
