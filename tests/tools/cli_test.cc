@@ -228,6 +228,18 @@ TEST(Cli, VariantsRunWhereABackendHasThemAndAreSkippedElsewhere) {
       << bad.output;
 }
 
+TEST(Cli, JitShowsTheSourceItCompiles) {
+  const Outcome r = run_tool("jit --show --preset qwen3-0.6b --page-size 64 --mask-mod 'kv_pos / 64 == q_pos / 64'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("#define HEAD_DIM_QK 128"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("#define GROUP 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("#define PAGE_SIZE 64"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("return ((kv_pos / 64) == (q_pos / 64));"), std::string::npos) << r.output;
+  const Outcome mla = run_tool("jit --show --preset deepseek-v3");
+  EXPECT_EQ(mla.status, 1) << mla.output;
+  EXPECT_NE(mla.output.find("jit: MLA"), std::string::npos) << mla.output;
+}
+
 TEST(Cli, BenchRunsAndReportsRates) {
   const Outcome r = run_tool("bench --backend reference --phase decode --batch 2 --kv-len 64 --repeats 3 --warmup 1");
   EXPECT_EQ(r.status, 0) << r.output;

@@ -14,5 +14,6 @@ std::function<int()> add_bench(CLI::App& app);
 std::function<int()> add_replay(CLI::App& app);
 std::function<int()> add_report(CLI::App& app);
 std::function<int()> add_tune(CLI::App& app);
+std::function<int()> add_jit(CLI::App& app);
 
 }  // namespace attnkit::tool

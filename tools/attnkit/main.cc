@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
              "Exit status: 0 done, 1 a check or run failed (or a named backend cannot run here), "
              "2 a bad flag or value.");
   std::map<const CLI::App*, std::function<int()>> runners;
-  for (auto add : {tool::add_list, tool::add_check, tool::add_bench, tool::add_tune, tool::add_replay, tool::add_report}) {
+  for (auto add : {tool::add_list, tool::add_check, tool::add_bench, tool::add_tune, tool::add_replay, tool::add_report,
+                   tool::add_jit}) {
     std::function<int()> run = add(app);
     runners[app.get_subcommands([](CLI::App*) { return true; }).back()] = std::move(run);
   }

@@ -7,10 +7,18 @@
 #include "attnkit/registry.h"
 #include "backends/jit/config.h"
 #include "backends/jit/module_cache.h"
+#include "backends/jit/nvrtc.h"
 #include "core/variant_expr.h"
 #include "cuda/check.h"
 
 namespace attnkit {
+
+std::string jit::why_unavailable() {
+  std::string why;
+  if (!cuda_available(&why)) return why;
+  if (Nvrtc::get(&why) == nullptr) return why;
+  return {};
+}
 
 namespace {
 

@@ -1,8 +1,6 @@
 #include "backends/jit/config.h"
 
 #include "attnkit/error.h"
-#include "attnkit/tensor.h"
-#include "backends/jit/nvrtc.h"
 
 namespace attnkit::jit {
 
@@ -17,13 +15,6 @@ Capabilities capabilities() {
   c.custom_mask = false;
   c.variants = true;
   return c;
-}
-
-std::string why_unavailable() {
-  std::string why;
-  if (!cuda_available(&why)) return why;
-  if (Nvrtc::get(&why) == nullptr) return why;
-  return {};
 }
 
 }  // namespace attnkit::jit

@@ -19,7 +19,7 @@ struct Support {
 };
 
 Capabilities capabilities();
-// Why the backend cannot run here (no CUDA device, no NVRTC), or empty.
+// Why the backend cannot run here (no CUDA device, no NVRTC), or empty (backend.cc: CUDA builds).
 std::string why_unavailable();
 
 }  // namespace attnkit::jit

@@ -1,7 +1,11 @@
 #include "backends/jit/source.h"
 
 #include "attnkit/error.h"
+#include "attnkit/jit.h"
+#include "attnkit/registry.h"
+#include "backends/jit/config.h"
 #include "backends/jit/kernels/warp_row.h"
+#include "core/variant_expr.h"
 
 namespace attnkit::jit {
 
@@ -40,3 +44,23 @@ std::string render_warp_row(const KernelKey& key) {
 }
 
 }  // namespace attnkit::jit
+
+namespace attnkit {
+
+std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype) {
+  spec.validate();
+  const std::string why = why_unsupported(jit::capabilities(), spec, cache, nullptr, q_dtype);
+  ATTNKIT_CHECK(why.empty(), "jit: ", why);
+  jit::KernelKey key;
+  key.head_dim_qk = spec.head_dim_qk;
+  key.head_dim_vo = spec.head_dim_vo;
+  key.group = spec.group_size();
+  key.page_size = cache.page_size;
+  key.dtype = q_dtype;
+  key.kv_dtype = cache.dtype;
+  if (!spec.score_mod.empty()) key.score_mod = VariantExpr::parse(spec.score_mod, "score_mod").cuda_source();
+  if (!spec.mask_mod.empty()) key.mask_mod = VariantExpr::parse(spec.mask_mod, "mask_mod").cuda_source();
+  return render_warp_row(key);
+}
+
+}  // namespace attnkit
