@@ -3,7 +3,9 @@
 // --show`). Rendering needs no GPU.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "attnkit/dtype.h"
 #include "attnkit/kv_cache.h"
@@ -14,5 +16,24 @@ namespace attnkit {
 // Throws attnkit::Error where the jit backend does not serve the layer (MLA, a head dim that is
 // not a multiple of 8 up to 256, a dtype other than bf16 / f16) or a variant does not parse.
 std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype);
+
+// One kernel of a warmup: what it is, whether it was compiled now (else found in the disk cache)
+// and the time that took.
+struct JitWarmup {
+  std::string kernel;
+  bool compiled = false;
+  double ms = 0.0;
+};
+
+// Compiles into the disk cache every kernel the layers of `model` need over `cache` with q of
+// `q_dtype`, for GPU architecture `arch` ("sm_90"; empty: the current GPU's), each distinct kernel
+// once, calling `progress` after each; no GPU is needed where `arch` is given. The cache folder:
+// jit_cache_dir(). Throws attnkit::Error where NVRTC is missing or the folder cannot be written.
+std::vector<JitWarmup> jit_warmup(const ModelSpec& model, const KvCacheConfig& cache, DType q_dtype,
+                                  const std::string& arch,
+                                  const std::function<void(const JitWarmup&, int done, int total)>& progress = {});
+// Where compiled kernels are kept: $ATTNKIT_CACHE_DIR, else $XDG_CACHE_HOME/attnkit, else
+// $HOME/.cache/attnkit; empty where none is set.
+std::string jit_cache_dir();
 
 }  // namespace attnkit

@@ -1,11 +1,13 @@
 // The tool's exit codes and one-line errors: 0 on success, 1 on a failed check or library error,
 // 2 on a bad flag or value.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "tool_runner.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -238,6 +240,26 @@ TEST(Cli, JitShowsTheSourceItCompiles) {
   const Outcome mla = run_tool("jit --show --preset deepseek-v3");
   EXPECT_EQ(mla.status, 1) << mla.output;
   EXPECT_NE(mla.output.find("jit: MLA"), std::string::npos) << mla.output;
+}
+
+TEST(Cli, WarmupCompilesOnceIntoTheDiskCacheWithoutAGpu) {
+  const std::string dir = ::testing::TempDir() + "attnkit-warmup-" + std::to_string(::getpid());
+  ::setenv("ATTNKIT_CACHE_DIR", dir.c_str(), 1);
+  const std::string args = "warmup --preset qwen3-0.6b --arch sm_90 --page-sizes 16,64 --score-mod 'score * 0.5f'";
+  const Outcome first = run_tool(args);
+  if (first.output.find("without CUDA") != std::string::npos || first.output.find("NVRTC was not found") != std::string::npos) {
+    ::unsetenv("ATTNKIT_CACHE_DIR");
+    GTEST_SKIP() << first.output;
+  }
+  EXPECT_EQ(first.status, 0) << first.output;
+  EXPECT_NE(first.output.find("[1/1] warp_row d128/128 g2 p16 bf16 kv bf16 score_mod (score * 0.5f) for sm_90: compiled in"),
+            std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("2 compiled, 0 already on disk"), std::string::npos) << first.output;
+  const Outcome second = run_tool(args);
+  EXPECT_NE(second.output.find("0 compiled, 2 already on disk"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("cache: " + dir), std::string::npos) << second.output;
+  ::unsetenv("ATTNKIT_CACHE_DIR");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, BenchRunsAndReportsRates) {

@@ -15,5 +15,6 @@ std::function<int()> add_replay(CLI::App& app);
 std::function<int()> add_report(CLI::App& app);
 std::function<int()> add_tune(CLI::App& app);
 std::function<int()> add_jit(CLI::App& app);
+std::function<int()> add_warmup(CLI::App& app);
 
 }  // namespace attnkit::tool

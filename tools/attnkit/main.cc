@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
              "2 a bad flag or value.");
   std::map<const CLI::App*, std::function<int()>> runners;
   for (auto add : {tool::add_list, tool::add_check, tool::add_bench, tool::add_tune, tool::add_replay, tool::add_report,
-                   tool::add_jit}) {
+                   tool::add_jit, tool::add_warmup}) {
     std::function<int()> run = add(app);
     runners[app.get_subcommands([](CLI::App*) { return true; }).back()] = std::move(run);
   }

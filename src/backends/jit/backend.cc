@@ -8,7 +8,6 @@
 #include "backends/jit/config.h"
 #include "backends/jit/module_cache.h"
 #include "backends/jit/nvrtc.h"
-#include "core/variant_expr.h"
 #include "cuda/check.h"
 
 namespace attnkit {
@@ -33,8 +32,6 @@ JitBackend::JitBackend(const BackendContext& context) : AttentionBackend(context
   ATTNKIT_CHECK(why.empty(), "jit: ", why);
   for (int l = 0; l < model().num_layers(); ++l) {
     const AttentionSpec& s = model().layer(l);
-    score_mods_.push_back(s.score_mod.empty() ? "" : VariantExpr::parse(s.score_mod, "score_mod").cuda_source());
-    mask_mods_.push_back(s.mask_mod.empty() ? "" : VariantExpr::parse(s.mask_mod, "mask_mod").cuda_source());
     Buffer sinks;
     if (!s.sinks.empty()) {
       sinks = Buffer(Device::cuda, s.sinks.size() * sizeof(float));
@@ -48,18 +45,13 @@ Capabilities JitBackend::capabilities() const { return jit::capabilities(); }
 
 void JitBackend::synchronize() { ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
-jit::KernelKey JitBackend::kernel_key(int layer, DType dtype) const {
-  const AttentionSpec& s = model().layer(layer);
-  jit::KernelKey key;
-  key.head_dim_qk = s.head_dim_qk;
-  key.head_dim_vo = s.head_dim_vo;
-  key.group = s.group_size();
-  key.page_size = cache().config().page_size;
-  key.dtype = dtype;
-  key.kv_dtype = cache().config().dtype;
-  key.score_mod = score_mods_[static_cast<size_t>(layer)];
-  key.mask_mod = mask_mods_[static_cast<size_t>(layer)];
-  return key;
+const jit::CompiledKernel& JitBackend::kernel(int layer, DType q_dtype) {
+  const size_t slot = static_cast<size_t>(layer) * 2 + (q_dtype == DType::bf16 ? 0 : 1);
+  if (kernels_.size() <= slot) kernels_.resize(static_cast<size_t>(model().num_layers()) * 2, nullptr);
+  if (kernels_[slot] == nullptr) {
+    kernels_[slot] = &jit::ModuleCache::global().get(jit::kernel_key_for(model().layer(layer), cache().config(), q_dtype));
+  }
+  return *kernels_[slot];
 }
 
 void JitBackend::plan(const ForwardBatch& batch) {
@@ -90,7 +82,7 @@ void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
                             const TensorView& out) {
   const LayerParams lp = layer_params(layer);
   // Compiled (or found) before the cache store: a variant that does not compile writes nothing.
-  const jit::CompiledKernel& kernel = jit::ModuleCache::global().get(kernel_key(layer, q.dtype));
+  const jit::CompiledKernel& kernel = this->kernel(layer, q.dtype);
   const ForwardBatch& b = batch();
   auto* base = static_cast<unsigned char*>(arena_.data());
   cache().store(layer, k, v, TensorView(base, DType::i64, Device::cuda, {b.num_tokens()}));

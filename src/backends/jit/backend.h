@@ -8,7 +8,7 @@
 
 #include "attnkit/backend.h"
 #include "attnkit/tensor.h"
-#include "backends/jit/source.h"
+#include "backends/jit/module_cache.h"
 
 namespace attnkit {
 
@@ -20,8 +20,6 @@ class JitBackend final : public AttentionBackend {
   void synchronize() override;
   size_t workspace_bytes() const override { return arena_.nbytes(); }
 
-  // The kernel key of `layer` for q of `dtype` (what `attnkit jit --show` renders).
-  jit::KernelKey kernel_key(int layer, DType dtype) const;
 
  protected:
   void plan(const ForwardBatch& batch) override;
@@ -34,7 +32,10 @@ class JitBackend final : public AttentionBackend {
   Buffer arena_;
   size_t off_token_request_ = 0, off_requests_ = 0, off_pages_ = 0;
   std::vector<Buffer> sinks_;  // [num_layers], empty where a layer has none
-  std::vector<std::string> score_mods_, mask_mods_;  // [num_layers] the kernel-side texts
+  // [num_layers x {bf16, f16} q]: each layer's kernel, looked up once, so a call pays no
+  // rendering or hashing (ModuleCache keeps the kernels for the process).
+  std::vector<const jit::CompiledKernel*> kernels_;
+  const jit::CompiledKernel& kernel(int layer, DType q_dtype);
 };
 
 }  // namespace attnkit

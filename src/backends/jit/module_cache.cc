@@ -2,10 +2,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include "attnkit/error.h"
+#include "attnkit/jit.h"
 #include "backends/jit/nvrtc.h"
 #include "cuda/check.h"
 #include "cuda/memory.h"
@@ -26,7 +28,43 @@ const std::vector<std::string>& options() {
   return o;
 }
 
+// The disk cache's key: the architecture, NVRTC's version, the options and the whole source (a
+// hash collision cannot hand back another kernel; the file name is the key's hash).
+std::string module_key(const std::string& source, const std::string& arch, const Nvrtc& nvrtc) {
+  char hash[32];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(fnv1a64(source)));
+  std::string key = std::string("attnkit jit module|") + arch + "|nvrtc " + nvrtc.version() + "|" + hash + "|";
+  for (const std::string& o : options()) key += o + " ";
+  return key + "|" + source;
+}
+
+const Nvrtc& nvrtc_or_throw() {
+  std::string why;
+  const Nvrtc* nvrtc = Nvrtc::get(&why);
+  ATTNKIT_CHECK(nvrtc != nullptr, "jit: ", why);
+  return *nvrtc;
+}
+
 }  // namespace
+
+WarmResult ModuleCache::warm(const KernelKey& key, const std::string& arch) {
+  const Nvrtc& nvrtc = nvrtc_or_throw();
+  const std::string source = render_warp_row(key);
+  const std::string cache_key = module_key(source, arch, nvrtc);
+  WarmResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (disk_.load(cache_key)) {
+    r.ms = ms_since(t0);
+    return r;
+  }
+  const std::vector<char> cubin = nvrtc.compile_cubin(source, "jit " + key.describe(), arch, options());
+  ATTNKIT_CHECK(disk_.store(cache_key, cubin), "jit warmup: the cache folder '", disk_.dir().string(),
+                "' cannot be written (set ATTNKIT_CACHE_DIR)");
+  r.compiled = true;
+  r.ms = ms_since(t0);
+  return r;
+}
 
 ModuleCache& ModuleCache::global() {
   static ModuleCache cache;
@@ -41,16 +79,10 @@ std::string ModuleCache::device_arch() {
 }
 
 const CompiledKernel& ModuleCache::get(const KernelKey& key) {
-  std::string why;
-  const Nvrtc* nvrtc = Nvrtc::get(&why);
-  ATTNKIT_CHECK(nvrtc != nullptr, "jit: ", why);
+  const Nvrtc* nvrtc = &nvrtc_or_throw();
   const std::string source = render_warp_row(key);
   const std::string arch = device_arch();
-  char hash[32];
-  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(fnv1a64(source)));
-  std::string cache_key = std::string("attnkit jit module|") + arch + "|nvrtc " + nvrtc->version() + "|" + hash + "|";
-  for (const std::string& o : options()) cache_key += o + " ";
-  cache_key += "|" + source;  // the whole source: a hash collision cannot hand back another kernel
+  const std::string cache_key = module_key(source, arch, *nvrtc);
 
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = kernels_.find(cache_key); it != kernels_.end()) return it->second;
@@ -76,3 +108,27 @@ const CompiledKernel& ModuleCache::get(const KernelKey& key) {
 }
 
 }  // namespace attnkit::jit
+
+namespace attnkit {
+
+std::vector<JitWarmup> jit_warmup(const ModelSpec& model, const KvCacheConfig& cache, DType q_dtype,
+                                  const std::string& arch,
+                                  const std::function<void(const JitWarmup&, int, int)>& progress) {
+  std::vector<jit::KernelKey> keys;
+  for (int l = 0; l < model.num_layers(); ++l) {
+    jit::KernelKey k = jit::kernel_key_for(model.layer(l), cache, q_dtype);
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
+  }
+  const std::string target = arch.empty() ? jit::ModuleCache::device_arch() : arch;
+  std::vector<JitWarmup> done;
+  for (const jit::KernelKey& k : keys) {
+    const jit::WarmResult r = jit::ModuleCache::global().warm(k, target);
+    done.push_back({k.describe() + " for " + target, r.compiled, r.ms});
+    if (progress) progress(done.back(), static_cast<int>(done.size()), static_cast<int>(keys.size()));
+  }
+  return done;
+}
+
+std::string jit_cache_dir() { return jit::ModuleCache::global().disk_dir().string(); }
+
+}  // namespace attnkit

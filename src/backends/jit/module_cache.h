@@ -2,6 +2,7 @@
 // disk cache), loaded once per process and kept; a later call with the same key is a map lookup.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -18,9 +19,19 @@ struct CompiledKernel {
   bool from_disk = false;
 };
 
+// What compiling `key` for `arch` found: a cubin already on disk, or one compiled (and stored).
+struct WarmResult {
+  bool compiled = false;
+  double ms = 0.0;
+};
+
 class ModuleCache {
  public:
   static ModuleCache& global();
+  // Compiles `key` for `arch` into the disk cache unless it is there: no GPU needed, so a build
+  // machine can fill the cache a GPU machine of that architecture then reads (attnkit warmup).
+  WarmResult warm(const KernelKey& key, const std::string& arch);
+  const std::filesystem::path& disk_dir() const { return disk_.dir(); }
   // The kernel for `key` on the current device; throws attnkit::Error with NVRTC's log where the
   // source does not compile.
   const CompiledKernel& get(const KernelKey& key);

@@ -47,11 +47,13 @@ std::string render_warp_row(const KernelKey& key) {
 
 namespace attnkit {
 
-std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype) {
+jit::KernelKey jit::kernel_key_for(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype) {
   spec.validate();
-  const std::string why = why_unsupported(jit::capabilities(), spec, cache, nullptr, q_dtype);
+  KvCacheConfig on_gpu = cache;
+  on_gpu.device = Device::cuda;  // the key, not the memory: rendering needs no GPU
+  const std::string why = why_unsupported(jit::capabilities(), spec, on_gpu, nullptr, q_dtype);
   ATTNKIT_CHECK(why.empty(), "jit: ", why);
-  jit::KernelKey key;
+  KernelKey key;
   key.head_dim_qk = spec.head_dim_qk;
   key.head_dim_vo = spec.head_dim_vo;
   key.group = spec.group_size();
@@ -60,7 +62,20 @@ std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& ca
   key.kv_dtype = cache.dtype;
   if (!spec.score_mod.empty()) key.score_mod = VariantExpr::parse(spec.score_mod, "score_mod").cuda_source();
   if (!spec.mask_mod.empty()) key.mask_mod = VariantExpr::parse(spec.mask_mod, "mask_mod").cuda_source();
-  return render_warp_row(key);
+  return key;
 }
+
+std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype) {
+  return jit::render_warp_row(jit::kernel_key_for(spec, cache, q_dtype));
+}
+
+#ifndef ATTNKIT_WITH_CUDA
+// Without CUDA there is no NVRTC to compile with (module_cache.cc has the real ones).
+std::vector<JitWarmup> jit_warmup(const ModelSpec&, const KvCacheConfig&, DType, const std::string&,
+                                  const std::function<void(const JitWarmup&, int, int)>&) {
+  throw Error("jit warmup: this attnkit is built without CUDA, so it has no NVRTC");
+}
+std::string jit_cache_dir() { return {}; }
+#endif
 
 }  // namespace attnkit

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "attnkit/dtype.h"
+#include "attnkit/kv_cache.h"
+#include "attnkit/spec.h"
 
 namespace attnkit::jit {
 
@@ -22,6 +24,10 @@ struct KernelKey {
   // "warp_row d128/128 g4 p16 bf16", plus the variants where set.
   std::string describe() const;
 };
+
+// The key of a layer's kernel over `cache` with q of `q_dtype` (the variants parsed to their
+// kernel-side text); throws attnkit::Error where the jit backend does not serve them.
+KernelKey kernel_key_for(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype);
 
 // The CUDA source of the warp-row kernel for `key`; its entry point is extern "C" attend.
 std::string render_warp_row(const KernelKey& key);
