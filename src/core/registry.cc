@@ -51,7 +51,10 @@ Selection select_backend(const AttentionSpec& spec, const KvCacheConfig& cache, 
 
 Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, const ForwardBatch* batch) {
   const AttentionSpec& spec = model.layer(0);
-  static const char* const kCudaOrder[] = {"hopper", "mla", "planned", "jit", "cuda-naive"};
+  // jit after cuda-naive while its one template runs on CUDA cores (42.6 GB/s decode and 0.94
+  // TFLOP/s prefill against cuda-naive's 566 GB/s and 2.24 in docs/benchmarks.md): it is chosen
+  // for what only it serves (user variants).
+  static const char* const kCudaOrder[] = {"hopper", "mla", "planned", "cuda-naive", "jit"};
   static const char* const kCpuOrder[] = {"cpu", "reference"};
   const Registry& registry = Registry::global();
   Selection s;
