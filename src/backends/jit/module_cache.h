@@ -28,8 +28,8 @@ struct WarmResult {
 class ModuleCache {
  public:
   static ModuleCache& global();
-  // Compiles `key` for `arch` into the disk cache unless it is there: no GPU needed, so a build
-  // machine can fill the cache a GPU machine of that architecture then reads (attnkit warmup).
+  // Compiles `key` for `arch` into the disk cache unless it is there: no GPU needed, so a machine
+  // without one can fill the cache that GPUs of that architecture then read (attnkit warmup).
   WarmResult warm(const KernelKey& key, const std::string& arch);
   const std::filesystem::path& disk_dir() const { return disk_.dir(); }
   // The kernel for `key` on the current device; throws attnkit::Error with NVRTC's log where the
