@@ -6,6 +6,7 @@
 #include <random>
 
 #include "backends/mla/plan.h"
+#include "decode_batch.h"
 
 namespace {
 
@@ -13,26 +14,11 @@ using namespace attnkit;
 
 // `n` decode requests with histories drawn from [128, max_len], page size 64.
 ForwardBatch make_batch(int n, int max_len, uint64_t seed) {
-  constexpr int kPage = 64;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> len_dist(128, max_len);
-  ForwardBatch b;
-  b.mode = ForwardMode::decode;
-  b.page_size = kPage;
-  b.qo_indptr.push_back(0);
-  b.kv_page_indptr.push_back(0);
-  int next_page = 0;
-  for (int i = 0; i < n; ++i) {
-    const int kv_len = len_dist(rng);
-    const int pages = (kv_len + kPage - 1) / kPage;
-    for (int p = 0; p < pages; ++p) b.kv_page_indices.push_back(next_page++);
-    b.qo_indptr.push_back(i + 1);
-    b.kv_page_indptr.push_back(static_cast<int32_t>(b.kv_page_indices.size()));
-    b.kv_last_page_len.push_back((kv_len - 1) % kPage + 1);
-    b.prefix_lens.push_back(kv_len - 1);
-    b.out_cache_loc.push_back(int64_t{next_page - 1} * kPage + (kv_len - 1) % kPage);
-  }
-  return b;
+  std::vector<int> kv_lens;
+  for (int i = 0; i < n; ++i) kv_lens.push_back(len_dist(rng));
+  return bench::decode_batch(kv_lens, 64);
 }
 
 // Args: requests, longest history, query heads.

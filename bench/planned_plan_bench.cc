@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnkit/registry.h"
+#include "decode_batch.h"
 #include "backends/planned/graph_state.h"
 #include "backends/planned/page_table.h"
 #include "backends/planned/plan.h"
@@ -25,26 +26,13 @@ enum Lengths { kUniform = 0, kRandom = 1, kSkewed = 2 };
 // A decode batch of `n` requests (llama3-8b heads, page size 16): every history `max_len` long,
 // lengths drawn from [128, max_len], or the skewed mix (half 128, half 8192).
 ForwardBatch make_batch(int n, int max_len, Lengths lengths, uint64_t seed) {
-  constexpr int kPage = 16;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> len_dist(128, std::max(max_len, 128));
-  ForwardBatch b;
-  b.mode = ForwardMode::decode;
-  b.page_size = kPage;
-  b.qo_indptr.push_back(0);
-  b.kv_page_indptr.push_back(0);
-  int next_page = 0;
+  std::vector<int> kv_lens;
   for (int i = 0; i < n; ++i) {
-    const int kv_len = lengths == kSkewed ? (i % 2 == 0 ? 128 : 8192) : lengths == kRandom ? len_dist(rng) : max_len;
-    const int pages = (kv_len + kPage - 1) / kPage;
-    for (int p = 0; p < pages; ++p) b.kv_page_indices.push_back(next_page++);
-    b.qo_indptr.push_back(i + 1);
-    b.kv_page_indptr.push_back(static_cast<int32_t>(b.kv_page_indices.size()));
-    b.kv_last_page_len.push_back((kv_len - 1) % kPage + 1);
-    b.prefix_lens.push_back(kv_len - 1);
-    b.out_cache_loc.push_back(int64_t{next_page - 1} * kPage + (kv_len - 1) % kPage);
+    kv_lens.push_back(lengths == kSkewed ? (i % 2 == 0 ? 128 : 8192) : lengths == kRandom ? len_dist(rng) : max_len);
   }
-  return b;
+  return bench::decode_batch(kv_lens, 16);
 }
 
 // What the backend plans on the H200 (132 SMs, 3 decode CTAs each at head_dim 128) for llama3-8b

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, here, the attnkit tool and every test executable for the H200 (Release, sm_90a, static
 # CUDA runtime, libattnkit as one shared library) and stages them with the non-system shared
-# libraries they need into dist/, which a device call carries. device-check.sh runs them there.
+# libraries they need into dist/; copy dist/ to the GPU machine with the tree, where
+# device-check.sh runs them.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,7 +14,7 @@ cuda_lib="${CUDA_LIB_DIR:-/usr/local/cuda/lib64}"
 # Static CUDA runtime: CUDA::cudart is pointed at libcudart_static.a through its cache variable
 # (FindCUDAToolkit keeps a preset value), so the binaries need only the driver's libcuda there.
 # libattnkit is shared so the dozen test executables do not each carry every kernel's fatbin
-# (the carried tree is limited to 64 MiB). The rpath finds it both in the build tree (ctest here)
+# (dist/ stays a few tens of MB). The rpath finds it both in the build tree (ctest here)
 # and in dist/ (lib/ beside the tool, ../lib beside the tests).
 rpath='$ORIGIN;$ORIGIN/..;$ORIGIN/../..;$ORIGIN/lib;$ORIGIN/../lib;$ORIGIN/../../lib'
 # The Python extension is built for the device's interpreter (DEVICE_PYTHON, default a python3.12

@@ -70,7 +70,7 @@ class Parser {
   }
 
   NodePtr ternary() {
-    NodePtr cond = logical_or();
+    NodePtr cond = binary_level(0);
     if (!accept("?")) return cond;
     NodePtr a = ternary();
     expect(":");
@@ -81,49 +81,25 @@ class Parser {
     n->args.push_back(std::move(b));
     return n;
   }
-  NodePtr logical_or() {
-    NodePtr n = logical_and();
-    while (accept("||")) n = binary("||", std::move(n), logical_and());
-    return n;
-  }
-  NodePtr logical_and() {
-    NodePtr n = equality();
-    while (accept("&&")) n = binary("&&", std::move(n), equality());
-    return n;
-  }
-  NodePtr equality() {
-    NodePtr n = relational();
+  // The binary operators by C++ precedence, loosest first; each level is left-associative.
+  // Within a level the longer spelling comes first ("<=" before "<").
+  static constexpr const char* kLevels[][4] = {
+      {"||"}, {"&&"}, {"==", "!="}, {"<=", ">=", "<", ">"}, {"+", "-"}, {"*", "/", "%"}};
+  static constexpr int kNumLevels = sizeof(kLevels) / sizeof(kLevels[0]);
+
+  NodePtr binary_level(int level) {
+    if (level == kNumLevels) return unary();
+    NodePtr n = binary_level(level + 1);
     for (;;) {
-      if (accept("==")) n = binary("==", std::move(n), relational());
-      else if (accept("!=")) n = binary("!=", std::move(n), relational());
-      else return n;
-    }
-  }
-  NodePtr relational() {
-    NodePtr n = additive();
-    for (;;) {
-      if (accept("<=")) n = binary("<=", std::move(n), additive());
-      else if (accept(">=")) n = binary(">=", std::move(n), additive());
-      else if (accept("<")) n = binary("<", std::move(n), additive());
-      else if (accept(">")) n = binary(">", std::move(n), additive());
-      else return n;
-    }
-  }
-  NodePtr additive() {
-    NodePtr n = multiplicative();
-    for (;;) {
-      if (accept("+")) n = binary("+", std::move(n), multiplicative());
-      else if (accept("-")) n = binary("-", std::move(n), multiplicative());
-      else return n;
-    }
-  }
-  NodePtr multiplicative() {
-    NodePtr n = unary();
-    for (;;) {
-      if (accept("*")) n = binary("*", std::move(n), unary());
-      else if (accept("/")) n = binary("/", std::move(n), unary());
-      else if (accept("%")) n = binary("%", std::move(n), unary());
-      else return n;
+      const char* matched = nullptr;
+      for (const char* op : kLevels[level]) {
+        if (op != nullptr && accept(op)) {
+          matched = op;
+          break;
+        }
+      }
+      if (matched == nullptr) return n;
+      n = binary(matched, std::move(n), binary_level(level + 1));
     }
   }
   NodePtr unary() {

@@ -11,6 +11,7 @@
 #include "cuda/captured_graph.h"
 #include "gpu_test.h"
 #include "harness/device_copy.h"
+#include "output_bits.h"
 
 namespace attnkit {
 namespace {
@@ -57,12 +58,7 @@ struct Fixture {
   }
 };
 
-std::vector<uint16_t> download(harness::Staged& t) {
-  t.download();
-  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
-  std::memcpy(out.data(), t.host_data(), out.size() * sizeof(uint16_t));
-  return out;
-}
+using testing::download_bits;
 
 bool mla_runs_here() { return Registry::global().get("mla").why_unavailable().empty(); }
 
@@ -100,12 +96,12 @@ TEST(MlaGraph, ReplayWithNewLengthsAndPagesEqualsAFreshRun) {
   out.poison();
   graph.replay();
   backend->synchronize();
-  const std::vector<uint16_t> replayed = download(out);
+  const std::vector<uint16_t> replayed = download_bits(out);
 
   out.poison();
   backend->forward_decode(1, q.dev(), k.dev(), TensorView(), out.dev());
   backend->synchronize();
-  const std::vector<uint16_t> fresh = download(out);
+  const std::vector<uint16_t> fresh = download_bits(out);
   ASSERT_EQ(replayed.size(), fresh.size());
   size_t mismatches = 0;
   for (size_t i = 0; i < fresh.size(); ++i) mismatches += replayed[i] != fresh[i];
@@ -131,7 +127,7 @@ TEST(MlaGraph, BatchesPastTheBoundsRunOutsideTheGraphBuffer) {
   out.poison();
   backend->forward_decode(0, q.dev(), k.dev(), TensorView(), out.dev());
   backend->synchronize();
-  for (uint16_t bits : download(out)) ASSERT_NE(bits, 0xFFFF);
+  for (uint16_t bits : download_bits(out)) ASSERT_NE(bits, 0xFFFF);
 }
 
 TEST(MlaGraph, GraphStateArgumentsAreChecked) {

@@ -10,6 +10,7 @@
 #include "backends/planned/graph_state.h"
 #include "gpu_test.h"
 #include "harness/device_copy.h"
+#include "output_bits.h"
 
 namespace attnkit {
 namespace {
@@ -67,12 +68,7 @@ AttentionSpec small_spec() {
   return spec;
 }
 
-std::vector<uint16_t> download(harness::Staged& t) {
-  t.download();
-  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
-  std::memcpy(out.data(), t.host_data(), out.size() * sizeof(uint16_t));
-  return out;
-}
+using testing::download_bits;
 
 TEST(PlannedGraph, ReplayWithNewLengthsAndPagesEqualsAFreshRun) {
   ATTNKIT_SKIP_WITHOUT_GPU();
@@ -110,12 +106,12 @@ TEST(PlannedGraph, ReplayWithNewLengthsAndPagesEqualsAFreshRun) {
   out.poison();
   graph.replay();
   backend->synchronize();
-  const std::vector<uint16_t> replayed = download(out);
+  const std::vector<uint16_t> replayed = download_bits(out);
 
   out.poison();
   backend->forward_decode(1, q.dev(), k.dev(), v.dev(), out.dev());
   backend->synchronize();
-  const std::vector<uint16_t> fresh = download(out);
+  const std::vector<uint16_t> fresh = download_bits(out);
   ASSERT_EQ(replayed.size(), fresh.size());
   size_t mismatches = 0;
   for (size_t i = 0; i < fresh.size(); ++i) mismatches += replayed[i] != fresh[i];
@@ -142,7 +138,7 @@ TEST(PlannedGraph, BatchesPastTheGraphLimitsStillRunOutsideIt) {
   out.poison();
   backend->forward_decode(0, q.dev(), k.dev(), v.dev(), out.dev());
   backend->synchronize();
-  for (uint16_t bits : download(out)) ASSERT_NE(bits, 0xFFFF);
+  for (uint16_t bits : download_bits(out)) ASSERT_NE(bits, 0xFFFF);
 }
 
 TEST(PlannedGraph, GraphStateArgumentsAreChecked) {
