@@ -174,17 +174,19 @@ def fi_prefill_paged(backend: str):
     return runner
 
 
-def fi_prefill_ragged(d: ShapeData) -> List[Callable[[], torch.Tensor]]:
-    import flashinfer
-    kv_indptr = torch.tensor([0] + d.shape.kv_lens(), dtype=torch.int32).cumsum(0, dtype=torch.int32).cuda()
-    calls = []
-    for c in range(d.copies):
-        k, v = d.contiguous_kv(c)
-        w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(), "NHD", backend="auto")
-        w.plan(d.qo_indptr, kv_indptr, NUM_QO_HEADS, NUM_KV_HEADS, HEAD_DIM, causal=d.shape.causal,
-               q_data_type=DTYPE, kv_data_type=DTYPE)
-        calls.append(lambda w=w, q=d.qs[c], k=k, v=v: w.run(q, k, v))
-    return calls
+def fi_prefill_ragged(backend: str):
+    def runner(d: ShapeData) -> List[Callable[[], torch.Tensor]]:
+        import flashinfer
+        kv_indptr = torch.tensor([0] + d.shape.kv_lens(), dtype=torch.int32).cumsum(0, dtype=torch.int32).cuda()
+        calls = []
+        for c in range(d.copies):
+            k, v = d.contiguous_kv(c)
+            w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(), "NHD", backend=backend)
+            w.plan(d.qo_indptr, kv_indptr, NUM_QO_HEADS, NUM_KV_HEADS, HEAD_DIM, causal=d.shape.causal,
+                   q_data_type=DTYPE, kv_data_type=DTYPE)
+            calls.append(lambda w=w, q=d.qs[c], k=k, v=v: w.run(q, k, v))
+        return calls
+    return runner
 
 
 # name -> (runner, phases it applies to, is FlashInfer)
@@ -196,7 +198,10 @@ PEERS: Dict[str, tuple] = {
     "flashinfer-decode": (fi_decode(False), ("decode",), True),
     "flashinfer-prefill-paged": (fi_prefill_paged("auto"), ("prefill",), True),
     "flashinfer-prefill-paged-fa2": (fi_prefill_paged("fa2"), ("prefill",), True),
-    "flashinfer-prefill-ragged": (fi_prefill_ragged, ("prefill",), True),
+    "flashinfer-prefill-ragged": (fi_prefill_ragged("auto"), ("prefill",), True),
+    # FlashInfer's sm90 path (its port of FlashAttention 3), named so it is never a fallback.
+    "flashinfer-prefill-paged-fa3": (fi_prefill_paged("fa3"), ("prefill",), True),
+    "flashinfer-prefill-ragged-fa3": (fi_prefill_ragged("fa3"), ("prefill",), True),
 }
 
 

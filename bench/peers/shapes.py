@@ -102,6 +102,10 @@ SHAPES: List[Shape] = [
     Shape("prefill causal 1x8192", "prefill", [(0, 8192)], causal=True),
     Shape("prefill full 1x8192", "prefill", [(0, 8192)], causal=False),
     Shape("chunked prefill 2048 on 30720", "prefill", [(30720, 2048)], causal=True),
+    Shape("prefill causal 1x16384", "prefill", [(0, 16384)], causal=True),
+    Shape("prefill full 1x16384", "prefill", [(0, 16384)], causal=False),
+    Shape("prefill varlen causal 4x4096", "prefill", [(0, 4096)] * 4, causal=True),
+    Shape("prefill varlen full 4x4096", "prefill", [(0, 4096)] * 4, causal=False),
 ]
 
 

@@ -9,6 +9,7 @@ void register_cpu_backend(Registry& registry);
 #ifdef ATTNKIT_WITH_CUDA
 void register_cuda_naive_backend(Registry& registry);
 void register_planned_backend(Registry& registry);
+void register_hopper_backend(Registry& registry);
 void register_mla_backend(Registry& registry);
 void register_jit_backend(Registry& registry);
 #endif
@@ -19,6 +20,7 @@ void register_builtin_backends(Registry& registry) {
 #ifdef ATTNKIT_WITH_CUDA
   register_cuda_naive_backend(registry);
   register_planned_backend(registry);
+  register_hopper_backend(registry);
   register_mla_backend(registry);
   register_jit_backend(registry);
 #endif

@@ -32,6 +32,7 @@ class HybridBackend final : public DelegatingBackend {
     };
     c.q_dtypes = both(p.q_dtypes, d.q_dtypes);
     c.kv_dtypes = both(p.kv_dtypes, d.kv_dtypes);
+    c.kv_dtype_is_q_dtype = p.kv_dtype_is_q_dtype || d.kv_dtype_is_q_dtype;
     if (p.head_dims.empty()) c.head_dims = d.head_dims;
     else if (!d.head_dims.empty()) c.head_dims = both(p.head_dims, d.head_dims);
     c.max_head_dim = p.max_head_dim == 0 ? d.max_head_dim

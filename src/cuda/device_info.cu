@@ -1,4 +1,5 @@
 // Which CUDA device is here, and whether attnkit can use it.
+#include "attnkit/tensor.h"
 #include "cuda/check.h"
 #include "cuda/memory.h"
 
@@ -27,6 +28,17 @@ std::string why_unavailable() {
                           cuda_version(runtime), " that attnkit was built with: update the driver");
   }
   return detail::concat("no usable NVIDIA GPU (", cudaGetErrorString(err), ")");
+}
+
+std::string why_not_hopper() {
+  std::string why;
+  if (!cuda_available(&why)) return why;
+  const DeviceInfo d = device_info();
+  if (d.compute_major != 9) {
+    return detail::concat("needs a Hopper GPU (sm_90: TMA and wgmma), this is ", d.name, " (sm_", d.compute_major,
+                          d.compute_minor, ")");
+  }
+  return {};
 }
 
 DeviceInfo device_info() {

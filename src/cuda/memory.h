@@ -18,5 +18,8 @@ struct DeviceInfo {
   size_t l2_bytes = 0;
 };
 DeviceInfo device_info();
+// Empty on a Hopper GPU (sm_90); else why not (no GPU, or another architecture), for the
+// backends whose kernels are sm_90a only.
+std::string why_not_hopper();
 
 }  // namespace attnkit::cuda

@@ -26,6 +26,11 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t s_addr, uint32_t leading_
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most kPending committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
 // Shared memory written by the generic proxy (cp.async, st.shared) must be fenced before the async
 // proxy (wgmma, TMA) reads or overwrites it.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -33,6 +38,8 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void fence() {}
 __device__ __forceinline__ void commit() {}
 __device__ __forceinline__ void wait_all() {}
+template <int kPending>
+__device__ __forceinline__ void wait() {}
 __device__ __forceinline__ void fence_proxy_async() {}
 #endif
 
@@ -41,6 +48,15 @@ template <int kN>
 __device__ __forceinline__ void fence_regs(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// The same for an operand read from registers (P of O += P V): its registers must not be reused
+// until the product that reads them has been waited for.
+template <int kN>
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
 }
 
 }  // namespace attnkit::cuda::wgmma

@@ -18,19 +18,8 @@ size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
 
-std::string mla_why_unavailable() {
-  std::string why;
-  if (!cuda_available(&why)) return why;
-  const cuda::DeviceInfo d = cuda::device_info();
-  if (d.compute_major != 9) {
-    return detail::concat("needs a Hopper GPU (sm_90: TMA and wgmma), this is ", d.name, " (sm_", d.compute_major,
-                          d.compute_minor, ")");
-  }
-  return {};
-}
-
 MlaBackend::MlaBackend(const BackendContext& context) : AttentionBackend(context) {
-  const std::string why = mla_why_unavailable();
+  const std::string why = cuda::why_not_hopper();
   ATTNKIT_CHECK(why.empty(), "mla: ", why);
   const KvCacheConfig& c = cache().config();
   ATTNKIT_CHECK(c.mla, "mla: the cache must be an MLA latent cache (KvCacheConfig::mla)");
@@ -154,7 +143,7 @@ void register_mla_backend(Registry& registry) {
                 .description = "absorbed MLA over the paged latent cache: TMA tiles, wgmma, split-KV planned once a batch",
                 .device = Device::cuda,
                 .capabilities = mla::capabilities,
-                .why_unavailable = mla_why_unavailable,
+                .why_unavailable = cuda::why_not_hopper,
                 .create = [](const BackendContext& ctx) -> std::unique_ptr<AttentionBackend> {
                   return std::make_unique<MlaBackend>(ctx);
                 }});

@@ -39,6 +39,7 @@ PlannedBackend::Layout PlannedBackend::layout_model(const BackendContext& contex
     ctas_per_sm = std::max(1, planned::decode_ctas_per_sm(likely));
   }
   grid.num_ctas = planned::decode_grid_ctas(cuda::device_info().num_sms * ctas_per_sm, grid.num_kv_heads);
+  if (planned::why_unsupported(likely, c.page_size).empty()) grid.prefill_rows = planned::prefill_tile_rows(grid.head_dim);
   grid.all_wait_joins = context.options.decode_join != BackendOptions::DecodeJoin::two_level;
   // Layers differ at most in window, sinks, soft-cap and scale: one plan variant per window.
   for (int l = 0; l < model.num_layers(); ++l) {
@@ -53,6 +54,13 @@ PlannedBackend::Layout PlannedBackend::layout_model(const BackendContext& contex
 }
 
 PlannedBackend::PlannedBackend(const BackendContext& context) : PlannedBackend(context, layout_model(context)) {}
+
+PlannedBackend::PlannedBackend(const BackendContext& context, int prefill_rows)
+    : PlannedBackend(context, [&] {
+        Layout layout = layout_model(context);
+        layout.grid.prefill_rows = prefill_rows;
+        return layout;
+      }()) {}
 
 PlannedBackend::PlannedBackend(const BackendContext& context, Layout layout)
     : AttentionBackend(context),
@@ -96,6 +104,10 @@ size_t PlannedBackend::workspace_bytes() const {
 
 void PlannedBackend::plan(const ForwardBatch& batch) { planner_.plan(batch, cache().config().num_pages, stream()); }
 
+void PlannedBackend::check_extend(const planned::PrefillParams& p) const { planned::check_prefill_params(p); }
+
+void PlannedBackend::launch_extend(const planned::PrefillParams& p, cudaStream_t s) { planned::launch_prefill(p, s); }
+
 void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out) {
   const KvCacheConfig& c = cache().config();
@@ -117,12 +129,12 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   planned::PrefillParams pre;
   if (prefill) {
     pre = prefill_params(layer, q, out);
-    planned::check_prefill_params(pre);
+    check_extend(pre);
   }
   if (!store_in_decode) {
     cache().store(layer, k, v, TensorView(out_cache_loc, DType::i64, Device::cuda, {b.num_tokens()}));
   }
-  if (prefill) planned::launch_prefill(pre, stream());
+  if (prefill) launch_extend(pre, stream());
   if (num_items == 0 && !graph) return;
   planned::DecodeParams dec = decode_params(layer, q, out);
   if (store_in_decode) {

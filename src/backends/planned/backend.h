@@ -14,7 +14,7 @@
 
 namespace attnkit {
 
-class PlannedBackend final : public AttentionBackend {
+class PlannedBackend : public AttentionBackend {
  public:
   explicit PlannedBackend(const BackendContext& context);
   std::string name() const override { return "planned"; }
@@ -38,6 +38,14 @@ class PlannedBackend final : public AttentionBackend {
   int plan_steps() const { return planner_.steps(); }
 
  protected:
+  // For a backend that runs its own extend kernel over this plan and this decode kernel: the
+  // extend work items then cover `prefill_rows` GQA-packed rows each.
+  PlannedBackend(const BackendContext& context, int prefill_rows);
+  // The extend kernel: its params checked (before the cache is written), then launched. A
+  // backend that brings its own extend kernel replaces both.
+  virtual void check_extend(const planned::PrefillParams& p) const;
+  virtual void launch_extend(const planned::PrefillParams& p, cudaStream_t stream);
+
   void plan(const ForwardBatch& batch) override;
   bool plan_checks_page_indices() const override { return true; }  // PageTableSlots::write checks them
   void run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,

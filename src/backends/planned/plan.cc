@@ -13,7 +13,8 @@
 namespace attnkit::planned {
 
 int count_prefill_items(const ForwardBatch& batch, const PlanShape& shape) {
-  const int rows = prefill_tile_rows(shape.head_dim);
+  const int rows = shape.prefill_rows;
+  ATTNKIT_CHECK(rows > 0, "planned plan: the extend tile has ", rows, " rows");
   const int group = shape.group_size();
   int count = 0;
   for (int i = 0; i < batch.batch_size(); ++i) {
@@ -24,23 +25,29 @@ int count_prefill_items(const ForwardBatch& batch, const PlanShape& shape) {
 }
 
 int plan_prefill(const ForwardBatch& batch, const PlanShape& shape, std::span<PrefillWorkItem> out) {
-  const int rows = prefill_tile_rows(shape.head_dim);
+  const int rows = shape.prefill_rows;
   const int group = shape.group_size();
-  std::vector<int> order;
+  struct Tile {
+    int request, tile;
+    int64_t cost;  // KV positions its last row sees under a causal mask: a proxy for its time
+  };
+  std::vector<Tile> tiles;
   for (int i = 0; i < batch.batch_size(); ++i) {
-    if (batch.qo_len(i) >= 2) order.push_back(i);
-  }
-  // Longest history first: the last CTAs to start are the short ones, so the tail is short.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return batch.kv_len(a) > batch.kv_len(b); });
-  size_t count = 0;
-  for (int i : order) {
-    const int tiles = (batch.qo_len(i) * group + rows - 1) / rows;
-    for (int tile = 0; tile < tiles; ++tile) {
-      ATTNKIT_CHECK(count < out.size(), "planned plan: more than ", out.size(), " extend items");
-      out[count++] = {i, tile, 0, -1, -1};
+    if (batch.qo_len(i) < 2) continue;
+    const int64_t packed = int64_t{batch.qo_len(i)} * group;
+    const int count = static_cast<int>((packed + rows - 1) / rows);
+    for (int t = 0; t < count; ++t) {
+      const int64_t last_row = std::min<int64_t>(packed, int64_t{t + 1} * rows) - 1;
+      tiles.push_back({i, t, batch.prefix_lens[i] + last_row / group + 1});
     }
   }
-  return static_cast<int>(count);
+  ATTNKIT_CHECK(tiles.size() <= out.size(), "planned plan: ", tiles.size(), " extend items, more than the ",
+                out.size(), " planned for");
+  // Longest first: the last tiles to start (on a persistent grid, the last each CTA takes) are the
+  // short ones, so the tail is short.
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.cost > b.cost; });
+  for (size_t k = 0; k < tiles.size(); ++k) out[k] = {tiles[k].request, tiles[k].tile, 0, -1, -1};
+  return static_cast<int>(tiles.size());
 }
 
 int decode_grid_ctas(int slots, int num_kv_heads) {

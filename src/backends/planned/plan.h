@@ -38,6 +38,7 @@ struct PlanShape {
   int num_kv_heads = 0;
   int head_dim = 0;
   int num_ctas = 0;  // the persistent decode grid: SMs x resident CTAs an SM
+  int prefill_rows = 0;  // GQA-packed rows of one extend work item (the extend kernel's q tile)
   // Wide splits may be joined by all their CTAs at once (DecodeMergeItem::all_wait): the decode
   // kernel is launched cooperatively.
   bool all_wait_joins = false;

@@ -101,21 +101,28 @@ TEST(PlannedPlan, LayoutSectionsAreAlignedAndDisjoint) {
 }
 
 TEST(PlannedPlan, ExtendItemsSkipDecodeRequestsLongestFirst) {
-  const ForwardBatch b = make_batch({{100, 1}, {40, 30}, {500, 20}, {7, 0}, {60, 2}}, 16);
+  const ForwardBatch b = make_batch({{100, 1}, {40, 30}, {500, 20}, {7, 0}, {60, 2}, {250, 200}}, 16);
   const PlanShape s = shape(8, 2, 264);
-  if (count_prefill_items(b, s) == 0) GTEST_SKIP() << "the extend kernel is not built";
   std::vector<PrefillWorkItem> items(static_cast<size_t>(count_prefill_items(b, s)));
   const int n = plan_prefill(b, s, items);
   ASSERT_EQ(n, static_cast<int>(items.size()));
   ASSERT_GT(n, 0);
   EXPECT_EQ(items.front().request_idx, 2);
-  int last_kv = 1 << 30;
+  // Every tile of the extend requests once, in falling causal cost (the KV its last row sees).
+  const int group = s.group_size();
+  int64_t last_cost = int64_t{1} << 40;
+  int tiles_of_long = 0;
   for (const PrefillWorkItem& it : items) {
     EXPECT_GE(b.qo_len(it.request_idx), 2);
-    EXPECT_LE(b.kv_len(it.request_idx), last_kv);
-    last_kv = b.kv_len(it.request_idx);
+    const int64_t packed = int64_t{b.qo_len(it.request_idx)} * group;
+    const int64_t last_row = std::min<int64_t>(packed, int64_t{it.qo_tile_idx + 1} * s.prefill_rows) - 1;
+    const int64_t cost = b.prefix_lens[it.request_idx] + last_row / group + 1;
+    EXPECT_LE(cost, last_cost);
+    last_cost = cost;
     EXPECT_EQ(it.partial_row, -1);
+    tiles_of_long += it.request_idx == 5;
   }
+  EXPECT_EQ(tiles_of_long, (200 * group + s.prefill_rows - 1) / s.prefill_rows);
 }
 
 }  // namespace

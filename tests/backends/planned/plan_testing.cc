@@ -38,6 +38,7 @@ PlanShape shape(int qo_heads, int kv_heads, int num_ctas, int head_dim) {
   s.num_kv_heads = kv_heads;
   s.head_dim = head_dim;
   s.num_ctas = num_ctas;
+  s.prefill_rows = 128;  // the extend kernel's q tile at head dims 64 and 128
   return s;
 }
 

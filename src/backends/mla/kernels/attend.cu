@@ -1,10 +1,7 @@
-// The `mla` kernels' host side: the latent pool's tensor map, the attention launch and the combine
+// The `mla` kernels' host side: the latent pool's tensor map (cuda/tensor_map.h), the attention launch and the combine
 // kernel that joins the splits of a row tile (weights exp(lse_s - max) over its splits).
-#include <cuda.h>
 #include <cuda_bf16.h>
-#include <cudaTypedefs.h>
 
-#include <cstring>
 #include <mutex>
 
 #include "backends/mla/kernels/attend.h"
@@ -46,35 +43,11 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttendPa
   reinterpret_cast<__nv_bfloat162*>(g_o)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    ATTNKIT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
-    ATTNKIT_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
-                  "mla: the driver has no cuTensorMapEncodeTiled (a CUDA 12 driver or newer is needed)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 }  // namespace
 
 LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size) {
-  static_assert(sizeof(CUtensorMap) == sizeof(LatentMap), "LatentMap holds a CUtensorMap");
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kHeadDimQk), static_cast<cuuint64_t>(num_slots)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kHeadDimQk) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(page_size < kTileTokens ? page_size : kTileTokens)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(pool), dims, strides,
-                                    box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ATTNKIT_CHECK(r == CUDA_SUCCESS, "mla: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
-                ") for a latent pool of ", num_slots, " slots, page_size ", page_size);
-  LatentMap out;
-  std::memcpy(out.bytes, &map, sizeof(map));
-  return out;
+  return cuda::make_tensor_map("mla latent pool", DType::bf16, pool, {kHeadDimQk, num_slots}, {int64_t{kHeadDimQk} * 2},
+                               {64, page_size < kTileTokens ? page_size : kTileTokens});
 }
 
 void launch_attend(const AttendParams& p, const LatentMap& map, cudaStream_t stream) {

@@ -8,17 +8,15 @@
 
 #include "attnkit/layer_params.h"
 #include "backends/mla/plan.h"
+#include "cuda/tensor_map.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
 namespace attnkit::mla {
 
-// A CUtensorMap (cuda.h), held as opaque bytes so that host headers need no driver header: the
-// latent pool of one layer as a 2-D tensor [num_slots, 576] bf16, read in 64 x min(page_size, 64)
+// The latent pool of one layer as a 2-D tensor [num_slots, 576] bf16, read in 64 x min(page_size, 64)
 // boxes with 128-byte swizzle.
-struct alignas(64) LatentMap {
-  unsigned char bytes[128];
-};
+using LatentMap = cuda::TensorMap;
 LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size);
 
 struct AttendParams : LayerParams {

@@ -1,58 +1,23 @@
-// Hopper building blocks of the `mla` kernel (sm_90a): mbarriers, TMA tile loads (cp.async.bulk.tensor
-// over the latent pool's tensor map, completion counted in bytes on an mbarrier), and the two
-// wgmma shapes it issues: S = Q K^T as m64n32k16 (each warpgroup takes 32 of the tile's 64 tokens)
+// Hopper building blocks of the `mla` kernel (sm_90a): the mbarriers and TMA tile loads of
+// cuda/tma.cuh over the latent pool's tensor map, and the two wgmma shapes it issues: S = Q K^T as m64n32k16 (each warpgroup takes 32 of the tile's 64 tokens)
 // and O += P V as m64n256k16 (each warpgroup owns 256 of the 512 output columns), both operands
 // in shared memory, 128-byte swizzled (the layout the TMA boxes land in).
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"  // the descriptor, fences and waits
 
 namespace attnkit::mla::hopper {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-#ifndef ATTNKIT_NO_SM90A
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-
-// One arrival that also expects `bytes` of copies to complete on the barrier.
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-#ifndef ATTNKIT_NO_SM90A
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-
-// Blocks until the barrier's phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#ifndef ATTNKIT_NO_SM90A
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-#endif
-}
-
-// A box of the 2-D tensor map at (column c0, row c1) into shared memory at dst, counted on bar.
+// Barriers and TMA copies: cuda/tma.cuh.
+using ::attnkit::cuda::tma::mbar_expect_tx;
+using ::attnkit::cuda::tma::mbar_init;
+using ::attnkit::cuda::tma::mbar_wait;
+using ::attnkit::cuda::tma::smem_addr;
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
-#ifndef ATTNKIT_NO_SM90A
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-      ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-#else
-  __trap();
-#endif
+  ::attnkit::cuda::tma::load_2d(dst, map, c0, c1, bar);
 }
 
 // D[64 x 32] (+)= A[64 x 16] B[16 x 32]: A and B K-major; scale_d 0 overwrites D.

@@ -82,19 +82,7 @@ __device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats -> one register of two T (the low half is `lo`), as an mma operand.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
+using ::attnkit::cuda::pack2;  // two floats -> one operand register of two T (cuda/row_math.cuh)
 
 // Two e4m3 bytes (low byte first) -> two T, exactly: every e4m3 value is a bf16 and an f16 value.
 template <typename T>

@@ -1,0 +1,52 @@
+#include "backends/hopper/backend.h"
+
+#include "attnkit/registry.h"
+#include "cuda/memory.h"
+
+namespace attnkit {
+
+namespace {
+
+int prefill_rows(const BackendContext& context) {
+  const std::string why = cuda::why_not_hopper();
+  ATTNKIT_CHECK(why.empty(), "hopper: ", why);
+  const KvCacheConfig& c = context.cache->config();
+  const AttentionSpec& s = context.model->layer(0);
+  ATTNKIT_CHECK(s.num_qo_heads % c.num_kv_heads == 0 && s.num_qo_heads / c.num_kv_heads <= hopper::Support::max_group,
+                "hopper: num_qo_heads (", s.num_qo_heads, ") must be a multiple of num_kv_heads (", c.num_kv_heads,
+                ") at most ", hopper::Support::max_group, " times it");
+  return hopper::tile_rows(hopper::extend_block_m(c.head_dim_k), s.num_qo_heads / c.num_kv_heads);
+}
+
+}  // namespace
+
+HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(context, prefill_rows(context)) {}
+
+hopper::ExtendParams HopperBackend::extend_params(const planned::PrefillParams& p) const {
+  hopper::ExtendParams e;
+  static_cast<planned::PrefillParams&>(e) = p;
+  e.tile_rows = plan_shape().prefill_rows;
+  e.num_tokens = batch().num_tokens();
+  e.num_slots = int64_t{cache().config().num_pages} * cache().config().page_size;
+  return e;
+}
+
+void HopperBackend::check_extend(const planned::PrefillParams& p) const { hopper::check_extend_params(extend_params(p)); }
+
+void HopperBackend::launch_extend(const planned::PrefillParams& p, cudaStream_t stream) {
+  const hopper::ExtendParams e = extend_params(p);
+  hopper::launch_extend(e, hopper::make_extend_maps(e), stream);
+}
+
+void register_hopper_backend(Registry& registry) {
+  registry.add({.name = "hopper",
+                .description = "extend on warp-specialised TMA + wgmma (sm_90a), decode on planned's kernel, one plan",
+                .device = Device::cuda,
+                .capabilities = hopper::capabilities,
+                .why_unavailable = cuda::why_not_hopper,
+                .create = [](const BackendContext& ctx) -> std::unique_ptr<AttentionBackend> {
+                  return std::make_unique<HopperBackend>(ctx);
+                }});
+}
+
+}  // namespace attnkit

@@ -1,0 +1,29 @@
+// The `hopper` backend: `planned`'s plan (made once per batch, reused by every layer) and decode
+// kernel, with its own extend kernel: warp-specialised TMA + wgmma (kernels/kernel.cuh). The
+// extend work items are this kernel's tiles of 128 GQA-packed rows; the K/V pools' tensor maps
+// are made once per layer, the Q map once per call.
+#pragma once
+
+#include <vector>
+
+#include "backends/hopper/config.h"
+#include "backends/hopper/kernels/extend.h"
+#include "backends/planned/backend.h"
+
+namespace attnkit {
+
+class HopperBackend final : public PlannedBackend {
+ public:
+  explicit HopperBackend(const BackendContext& context);
+  std::string name() const override { return "hopper"; }
+  Capabilities capabilities() const override { return hopper::capabilities(); }
+
+ protected:
+  void check_extend(const planned::PrefillParams& p) const override;
+  void launch_extend(const planned::PrefillParams& p, cudaStream_t stream) override;
+
+ private:
+  hopper::ExtendParams extend_params(const planned::PrefillParams& p) const;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,66 @@
+// The `hopper` extend kernel's shape: one CTA = one producer warpgroup (TMA) and two consumer
+// warpgroups (wgmma + softmax) over a tile of 128 GQA-packed query rows, K/V tiles of kBlockN
+// tokens in a ring of kStages shared-memory stages. The arithmetic behind each constant is beside
+// it; kernel.cuh puts the roles together.
+#pragma once
+
+#include <cstdint>
+
+namespace attnkit::hopper {
+
+template <typename T_, int kHeadDim_>
+struct KernelConfig {
+  using T = T_;  // q, k, v and out: bf16 or f16
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = 2;             // warpgroups of 64 rows: one wgmma M each
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kBlockM = 64 * kConsumers;  // packed rows a tile (at most; see tile_rows)
+  // Registers per consumer thread: S [64 x N] is N / 2 floats, O [64 x D] D / 2, P (bf16) N / 4:
+  // d64 / d128 at N 128: 64 + 32..64 + 32 = 128..160; d256 at N 64: 32 + 128 + 16 = 176. All fit
+  // kConsumerRegs with room for addresses and the softmax.
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  // Shared memory: Q [128 x D] + kStages x (K + V) [N x D], 2 bytes an element:
+  //   d64:  16 KB + 4 x 32 KB = 144 KB;  d128: 32 KB + 3 x 64 KB = 224 KB;
+  //   d256: 64 KB + 2 x 64 KB = 192 KB;  (227 KB is the most a CTA may have; one CTA an SM).
+  static constexpr int kStages = kHeadDim == 64 ? 4 : kHeadDim == 128 ? 3 : 2;
+  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte (64-element) swizzled column blocks
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one K or one V stage
+  static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kTileBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 256;  // the barriers: 16 + 32 kStages bytes
+  // setmaxnreg: the producer gives registers to the consumers, 40 + 2 x 232 = 504 per row of
+  // three threads, 504 x 128 = 64512 of the SM's 65536.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+
+  static_assert(kHeadDim % 64 == 0, "head dims 64, 128, 256");
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit an SM's shared memory");
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the register file");
+};
+
+// Named barriers (id 0 is __syncthreads): the consumers' turns at the tensor cores, and each
+// consumer warpgroup's own.
+constexpr int kTurnBarrier = 1;      // + consumer index; 256 threads: one waits, the other arrives
+constexpr int kConsumerBarrier = 3;  // + consumer index; 128 threads
+
+// The barriers in shared memory, from kBarrierOffset: Q full / empty, then per stage K full,
+// K empty, V full, V empty.
+struct Barriers {
+  uint32_t base;
+  __device__ __forceinline__ uint32_t q_full() const { return base; }
+  __device__ __forceinline__ uint32_t q_empty() const { return base + 8; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return base + 16 + 32 * s; }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 24 + 32 * s; }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return base + 32 + 32 * s; }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 40 + 32 * s; }
+};
+
+// The ring position of the n-th K/V tile a CTA handles, over all its work: stage and phase parity.
+template <int kStages>
+struct RingSlot {
+  int stage;
+  uint32_t parity;
+  __device__ __forceinline__ explicit RingSlot(int n) : stage(n % kStages), parity((n / kStages) & 1) {}
+};
+
+}  // namespace attnkit::hopper

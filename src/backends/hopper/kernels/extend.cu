@@ -1,0 +1,96 @@
+// The `hopper` extend kernel's host side: the instantiations (bf16 / f16 x head dims 64, 128,
+// 256), the tensor maps, the checks and the persistent launch.
+#include "backends/hopper/kernels/extend.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attnkit/error.h"
+#include "backends/hopper/config.h"
+#include "backends/hopper/kernels/kernel.cuh"
+#include "cuda/check.h"
+#include "cuda/memory.h"
+
+namespace attnkit::hopper {
+
+namespace {
+
+template <typename Fn>
+void with_config(int head_dim, DType dtype, Fn&& fn) {
+  auto by_dim = [&](auto t) {
+    using T = decltype(t);
+    switch (head_dim) {
+      case 64: fn(KernelConfig<T, 64>{}); return;
+      case 128: fn(KernelConfig<T, 128>{}); return;
+      case 256: fn(KernelConfig<T, 256>{}); return;
+      default: throw Error(detail::concat("hopper extend: head_dim must be 64, 128 or 256, got ", head_dim));
+    }
+  };
+  if (dtype == DType::bf16) {
+    by_dim(__nv_bfloat16{});
+  } else if (dtype == DType::f16) {
+    by_dim(__half{});
+  } else {
+    throw Error(detail::concat("hopper extend: q dtype must be bf16 or f16, got ", dtype_name(dtype)));
+  }
+}
+
+template <typename C>
+void launch_config(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream) {
+  static const bool smem_ready = [] {  // past 48 KB a kernel must opt in, once a process
+    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(extend_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    return true;
+  }();
+  (void)smem_ready;
+  static const int num_sms = cuda::device_info().num_sms;
+  const int work = p.num_work_items * p.num_kv_heads;
+  const int grid = work < num_sms ? work : num_sms;
+  extend_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps, p);
+  ATTNKIT_CUDA_CHECK_LAUNCH("hopper extend (head_dim ", p.head_dim_qk, ", ", p.num_work_items, " work items x ",
+                            p.num_kv_heads, " kv heads)");
+}
+
+}  // namespace
+
+int extend_block_m(int head_dim) {
+  int rows = 0;
+  with_config(head_dim, DType::bf16, [&](auto cfg) { rows = decltype(cfg)::kBlockM; });
+  return rows;
+}
+
+ExtendMaps make_extend_maps(const ExtendParams& p) {
+  const int d = p.head_dim_qk;
+  const int group = p.num_qo_heads / p.num_kv_heads;
+  int block_n = 0;
+  with_config(d, p.q_dtype, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
+  const int kv_rows = p.page_size < block_n ? p.page_size : block_n;
+  const int64_t row = int64_t{d} * 2;
+  ExtendMaps m;
+  m.q = cuda::make_tensor_map("hopper q", p.q_dtype, p.q, {d, group, p.num_kv_heads, p.num_tokens},
+                              {row, row * group, row * p.num_qo_heads}, {64, group, 1, p.tile_rows / group});
+  m.k = cuda::make_tensor_map("hopper k pool", p.kv_dtype, p.k_pool, {d, p.num_kv_heads, p.num_slots},
+                              {row, row * p.num_kv_heads}, {64, 1, kv_rows});
+  m.v = cuda::make_tensor_map("hopper v pool", p.kv_dtype, p.v_pool, {d, p.num_kv_heads, p.num_slots},
+                              {row, row * p.num_kv_heads}, {64, 1, kv_rows});
+  return m;
+}
+
+void check_extend_params(const ExtendParams& p) {
+  auto fail = [](auto&&... parts) { throw Error(detail::concat("hopper extend: ", parts...)); };
+  const KernelKey key{p.head_dim_qk, p.q_dtype, p.kv_dtype};
+  const std::string why = why_unsupported(key, p.page_size, p.num_qo_heads / std::max(1, p.num_kv_heads));
+  if (!why.empty()) fail(why);
+  if (p.custom_mask != nullptr) fail("custom masks are not served (planned serves them)");
+  if (p.tile_rows != tile_rows(extend_block_m(p.head_dim_qk), p.num_qo_heads / p.num_kv_heads))
+    fail("the plan's tiles have ", p.tile_rows, " rows, the kernel's ",
+         tile_rows(extend_block_m(p.head_dim_qk), p.num_qo_heads / p.num_kv_heads));
+  planned::check_prefill_params(p);  // the heads, the scale and the pointers
+}
+
+void launch_extend(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream) {
+  check_extend_params(p);
+  if (p.num_work_items == 0) return;
+  with_config(p.head_dim_qk, p.q_dtype, [&](auto cfg) { launch_config<decltype(cfg)>(p, maps, stream); });
+}
+
+}  // namespace attnkit::hopper

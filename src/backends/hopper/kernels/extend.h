@@ -1,0 +1,36 @@
+// The `hopper` extend kernel's host interface: its params (planned's extend params, which carry
+// the layer, the batch arrays and the planner's work list, plus the tile's row count and the
+// token count the Q map needs), the tensor maps it loads through, and the launcher. The kernel is
+// kernel.cuh; the instantiations and the dispatch are extend.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/planned/kernels/prefill.h"
+#include "cuda/tensor_map.h"
+
+namespace attnkit::hopper {
+
+struct ExtendParams : planned::PrefillParams {
+  int tile_rows = 0;   // GQA-packed rows of a work item: tile_rows(kBlockM, group) (config.h)
+  int num_tokens = 0;  // q's first dimension
+  int64_t num_slots = 0;  // the pools' first dimension (num_pages * page_size)
+};
+
+// Q [num_tokens, num_qo_heads, D] as 4-D (D, group, kv_heads, tokens): one box is the tile's
+// tokens x group rows of one KV head. K and V pools [num_slots, kv_heads, D] as 3-D: one box is
+// min(page_size, kBlockN) slots of one page and head. Boxes are 64 elements (128 bytes) wide,
+// 128-byte swizzled: the layout wgmma reads.
+struct ExtendMaps {
+  cuda::TensorMap q, k, v;
+};
+
+// The q tile of this head dim (the planner's rows: tile_rows(block_m, group)).
+int extend_block_m(int head_dim);
+ExtendMaps make_extend_maps(const ExtendParams& p);
+// Throws attnkit::Error naming the first unsupported field. Then enqueues the kernel on `stream`
+// over at most one CTA an SM (persistent); nothing to do when num_work_items is 0.
+void check_extend_params(const ExtendParams& p);
+void launch_extend(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream);
+
+}  // namespace attnkit::hopper

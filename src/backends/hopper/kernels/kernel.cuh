@@ -1,0 +1,70 @@
+// The `hopper` extend kernel: warp-specialised, persistent. Warpgroup 0 is the producer (one warp
+// issues every TMA copy, producer.cuh), warpgroups 1 and 2 the consumers (wgmma and the softmax,
+// mainloop.cuh / softmax.cuh, then epilogue.cuh). setmaxnreg moves registers from the producer to
+// the consumers; full / empty mbarriers per ring stage order them; named barriers give the
+// consumers turns at the tensor cores. The tile sequence is scheduler.cuh's.
+#pragma once
+
+#include "backends/hopper/kernels/epilogue.cuh"
+
+namespace attnkit::hopper {
+
+template <int kRegs>
+__device__ __forceinline__ void raise_registers() {
+#ifndef ATTNKIT_NO_SM90A
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void lower_registers() {
+#ifndef ATTNKIT_NO_SM90A
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+template <typename C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    extend_kernel(const __grid_constant__ ExtendMaps maps, const ExtendParams p) {
+  namespace tma = ::attnkit::cuda::tma;
+  extern __shared__ __align__(1024) unsigned char smem[];  // 1024: the 128-byte swizzle's atoms
+  const uint32_t base = tma::smem_addr(smem);
+  const SmemAddrs sm{base, base + C::kQBytes, base + C::kQBytes + C::kStages * C::kTileBytes,
+                     Barriers{base + C::kBarrierOffset}};
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    tma::mbar_init(sm.bars.q_full(), 1);
+    tma::mbar_init(sm.bars.q_empty(), 4 * C::kConsumers);  // one arrival a consumer warp
+    for (int s = 0; s < C::kStages; ++s) {
+      tma::mbar_init(sm.bars.k_full(s), 1);
+      tma::mbar_init(sm.bars.k_empty(s), 4 * C::kConsumers);
+      tma::mbar_init(sm.bars.v_full(s), 1);
+      tma::mbar_init(sm.bars.v_empty(s), 4 * C::kConsumers);
+    }
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    lower_registers<C::kProducerRegs>();
+    if (threadIdx.x < 32) produce<C>(maps, p, sm);
+    return;
+  }
+  raise_registers<C::kConsumerRegs>();
+  Consumer<C> c;
+  c.index = warpgroup - 1;
+  c.warp = (threadIdx.x / 32) % 4;
+  c.lane = threadIdx.x % 32;
+  // The first turn at the tensor cores is consumer 0's.
+  if (c.index == 1) named_arrive(kTurnBarrier + 0, 256);
+  int tiles_done = 0, kv_done = 0;
+  for (int w = blockIdx.x; w < num_work(p); w += gridDim.x) {
+    Tile t;
+    if (!load_tile<C>(p, w, t)) continue;
+    Softmax<C> sx(p, t, c.first_row());
+    tma::mbar_wait(sm.bars.q_full(), tiles_done & 1);
+    ++tiles_done;
+    c.run(p, sm, t, sx, kv_done);
+    write_out<C>(p, t, c, sx);
+  }
+}
+
+}  // namespace attnkit::hopper

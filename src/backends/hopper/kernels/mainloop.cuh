@@ -1,0 +1,183 @@
+// The `hopper` extend kernel's consumers: each warpgroup owns 64 of the tile's rows and walks the
+// K/V ring. Per K/V tile j, in its turn at the tensor cores (the other warpgroup meanwhile runs
+// its softmax): issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}; hand the turn over; wait for S_j
+// only, run the softmax of S_j while the PV product still runs, then wait for it, rescale O and
+// pack P_j. S and O stay in registers; P goes from registers straight into the next product.
+#pragma once
+
+#include "backends/hopper/kernels/producer.cuh"
+#include "backends/hopper/kernels/softmax.cuh"
+#include "cuda/wgmma_ops.cuh"
+
+namespace attnkit::hopper {
+
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <typename C>
+struct Consumer {
+  using T = typename C::T;
+  static constexpr int kN = C::kBlockN;
+  static constexpr int kD = C::kHeadDim;
+  int index;     // 0 or 1: which warpgroup, which 64 rows
+  int lane, warp;  // warp within the warpgroup
+  float o[kD / 2];  // O [64 x D]: the m64nD accumulator
+  float s[kN / 2];  // S [64 x N], then P in f32
+  uint32_t pa[kN / 16][4];  // P as the A operand, one k16 step of tokens each
+
+  __device__ __forceinline__ int first_row() const { return index * 64 + warp * 16 + lane / 4; }
+
+  __device__ __forceinline__ void issue_qk(const SmemAddrs& sm, int stage) {
+    namespace wg = ::attnkit::cuda::wgmma;
+    const uint32_t s_q = sm.q + index * 64 * 128;
+    const uint32_t s_k = sm.k + stage * C::kTileBytes;
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      // Column block kk / 4 (rows x 128 bytes), then 32 bytes (16 elements) into it.
+      const uint64_t desc_q = wg::make_desc(s_q + (kk / 4) * C::kBlockM * 128 + (kk % 4) * 32, 16, 1024);
+      const uint64_t desc_k = wg::make_desc(s_k + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
+      wg::wgmma_ss<T, kN>(s, desc_q, desc_k, kk > 0);
+    }
+    wg::commit();
+  }
+
+  __device__ __forceinline__ void issue_pv(const SmemAddrs& sm, int stage) {
+    namespace wg = ::attnkit::cuda::wgmma;
+    const uint32_t s_v = sm.v + stage * C::kTileBytes;
+    wg::fence_regs(o);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      // V is MN-major: 16 tokens (2048 bytes) a step; the next 64 head-dim columns one block on.
+      wg::wgmma_rs<T, kD>(o, pa[kk], wg::make_desc(s_v + kk * 16 * 128, kN * 128, 1024));
+    }
+    wg::commit();
+    wg::fence_regs(pa);
+  }
+
+  // Tokens of a V tile past the history (stale page slots, or rows no box filled) are zeroed
+  // before the product reads them: P is 0 there, but 0 x NaN is not. Both warpgroups write the
+  // same zeros, each before its own product.
+  __device__ __forceinline__ void zero_v_tail(const SmemAddrs& sm, int stage, const Tile& t, int n0, int rows_filled) {
+    const int valid = min(rows_filled, t.kv_len - n0);
+    if (valid >= kN) return;
+    const int tid = warp * 32 + lane;
+    unsigned char* base = nullptr;
+    asm("cvta.shared.u64 %0, %1;" : "=l"(base) : "l"(static_cast<uint64_t>(sm.v + stage * C::kTileBytes)));
+    for (int i = tid; i < (kN - valid) * 8 * C::kColBlocks; i += 128) {
+      const int cb = i / ((kN - valid) * 8);
+      const int rest = i % ((kN - valid) * 8);
+      *reinterpret_cast<uint4*>(base + cb * kN * 128 + (valid + rest / 8) * 128 + (rest % 8) * 16) = make_uint4(0, 0, 0, 0);
+    }
+    ::attnkit::cuda::wgmma::fence_proxy_async();
+    named_sync(kConsumerBarrier + index, 128);
+  }
+
+  __device__ __forceinline__ static int filled_rows(const ExtendParams& p, const Tile& t, int n0) {
+    const KvBoxes<C> boxes(p, t, n0);
+    return boxes.count * boxes.rows;
+  }
+
+  __device__ __forceinline__ void pack_p() {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = ::attnkit::cuda::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = ::attnkit::cuda::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = ::attnkit::cuda::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = ::attnkit::cuda::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
+
+  __device__ __forceinline__ void scale_o(const float (&corr)[2]) {
+#pragma unroll
+    for (int nb = 0; nb < kD / 8; ++nb) {
+      o[nb * 4 + 0] *= corr[0];
+      o[nb * 4 + 1] *= corr[0];
+      o[nb * 4 + 2] *= corr[1];
+      o[nb * 4 + 3] *= corr[1];
+    }
+  }
+
+  // S_j of tile j into `s`, in this warpgroup's turn; with O += P_{j-1} V_{j-1} behind it when
+  // there is a previous tile. Returns once S_j has landed (the PV product may still run).
+  __device__ __forceinline__ void products(const ExtendParams& p, const SmemAddrs& sm, const Tile& t, int stage,
+                                           const RingSlot<C::kStages>* prev, int prev_n0) {
+    namespace tma = ::attnkit::cuda::tma;
+    namespace wg = ::attnkit::cuda::wgmma;
+    named_sync(kTurnBarrier + index, 256);
+    issue_qk(sm, stage);
+    if (prev != nullptr) {
+      tma::mbar_wait(sm.bars.v_full(prev->stage), prev->parity);
+      zero_v_tail(sm, prev->stage, t, prev_n0, filled_rows(p, t, prev_n0));
+      issue_pv(sm, prev->stage);
+    }
+    named_arrive(kTurnBarrier + 1 - index, 256);  // the other warpgroup's turn
+    if (prev != nullptr) {
+      wg::wait<1>();  // S_j only: the PV product runs on under the softmax
+    } else {
+      wg::wait<0>();
+    }
+    wg::fence_regs(s);
+  }
+
+  __device__ __forceinline__ void release(uint32_t bar) const {
+    __syncwarp();
+    if (lane == 0) ::attnkit::cuda::tma::mbar_arrive(bar);
+  }
+
+  // One tile's K/V walk; kv_done counts the ring's tiles over the CTA's whole work. The first K/V
+  // tile is peeled off the loop so that every wgmma wait is unconditional (ptxas then proves the
+  // accumulators settled instead of inserting waits of its own).
+  __device__ __forceinline__ void run(const ExtendParams& p, const SmemAddrs& sm, const Tile& t, Softmax<C>& sx,
+                                      int& kv_done) {
+    namespace tma = ::attnkit::cuda::tma;
+    namespace wg = ::attnkit::cuda::wgmma;
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+    if (t.num_kv_tiles == 0) {
+      release(sm.bars.q_empty());
+      return;
+    }
+    float corr[2];
+    RingSlot<C::kStages> prev(kv_done);
+    int prev_n0 = t.kv_lo;
+    tma::mbar_wait(sm.bars.k_full(prev.stage), prev.parity);
+    products(p, sm, t, prev.stage, nullptr, 0);
+    release(sm.bars.k_empty(prev.stage));
+    sx.cap_and_mask(s, prev_n0, lane);
+    sx.update(s, corr);  // O is still 0: nothing to rescale
+    pack_p();
+    ++kv_done;
+    for (int j = 1; j < t.num_kv_tiles; ++j, ++kv_done) {
+      const RingSlot<C::kStages> slot(kv_done);
+      const int n0 = t.kv_lo + j * kN;
+      tma::mbar_wait(sm.bars.k_full(slot.stage), slot.parity);
+      products(p, sm, t, slot.stage, &prev, prev_n0);
+      release(sm.bars.k_empty(slot.stage));
+      sx.cap_and_mask(s, n0, lane);
+      sx.update(s, corr);
+      wg::wait<0>();
+      wg::fence_regs(o);
+      wg::fence_regs(pa);
+      release(sm.bars.v_empty(prev.stage));
+      scale_o(corr);
+      pack_p();
+      prev = slot;
+      prev_n0 = n0;
+    }
+    release(sm.bars.q_empty());  // every S of the tile has been computed
+    tma::mbar_wait(sm.bars.v_full(prev.stage), prev.parity);
+    zero_v_tail(sm, prev.stage, t, prev_n0, filled_rows(p, t, prev_n0));
+    issue_pv(sm, prev.stage);
+    wg::wait<0>();
+    wg::fence_regs(o);
+    release(sm.bars.v_empty(prev.stage));
+  }
+};
+
+}  // namespace attnkit::hopper

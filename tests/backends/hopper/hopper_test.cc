@@ -1,0 +1,107 @@
+// The `hopper` backend against `reference` through the whole path (plan, cache store, the extend
+// kernel, planned's decode kernel) on fresh random inputs with poisoned outputs, every element
+// checked (harness::run_check); and its support checks, which need no GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "attnkit/error.h"
+#include "backends/hopper/config.h"
+#include "gpu_test.h"
+#include "harness/check.h"
+#include "param_name.h"
+
+namespace attnkit {
+namespace {
+
+harness::CheckCase make_case(std::string label, int qo_heads, int kv_heads, int head_dim, int page_size,
+                             std::vector<std::pair<int64_t, int64_t>> requests) {
+  harness::CheckCase c;
+  c.label = std::move(label);
+  c.spec.num_qo_heads = qo_heads;
+  c.spec.num_kv_heads = kv_heads;
+  c.spec.head_dim_qk = c.spec.head_dim_vo = head_dim;
+  c.page_size = page_size;
+  c.requests = std::move(requests);
+  return c;
+}
+
+std::vector<harness::CheckCase> cases() {
+  std::vector<harness::CheckCase> out;
+  // Lengths that end mid-tile and mid-page, several tiles a request, more work than SMs.
+  const std::vector<std::pair<int64_t, int64_t>> ragged = {{0, 300}, {0, 2}, {517, 129}, {64, 64}, {0, 1000}};
+  for (int d : {64, 128, 256}) {
+    out.push_back(make_case("d" + std::to_string(d) + " gqa4 page16 ragged", 8, 2, d, 16, ragged));
+  }
+  out.push_back(make_case("llama3-8b heads page64 chunked", 32, 8, 128, 64, {{1500, 700}, {0, 45}, {129, 1}}));
+  out.push_back(make_case("mha page8", 4, 4, 128, 8, {{33, 200}, {0, 17}}));
+  out.push_back(make_case("gqa8 page128", 8, 1, 128, 128, {{0, 600}, {200, 3}}));
+  out.push_back(make_case("gqa7 (126-row tiles) page32", 28, 4, 128, 32, {{10, 400}, {0, 77}}));
+  out.push_back(make_case("page256 long", 8, 2, 128, 256, {{0, 2100}}));
+  harness::CheckCase c = make_case("f16 d128 page16", 8, 2, 128, 16, ragged);
+  c.q_dtype = c.kv_dtype = DType::f16;
+  out.push_back(c);
+  c = make_case("f16 d64 page64", 8, 2, 64, 64, {{100, 260}});
+  c.q_dtype = c.kv_dtype = DType::f16;
+  out.push_back(c);
+  c = make_case("non-causal", 8, 2, 128, 16, {{0, 300}, {40, 90}});
+  c.spec.causal = false;
+  out.push_back(c);
+  c = make_case("window 100", 8, 2, 128, 16, {{0, 700}, {300, 64}});
+  c.spec.window_left = 100;
+  out.push_back(c);
+  c = make_case("soft-cap 30", 8, 2, 128, 16, {{0, 300}, {40, 90}});
+  c.spec.logits_soft_cap = 30.0f;
+  out.push_back(c);
+  c = make_case("sinks, d256", 8, 2, 256, 16, {{0, 200}, {70, 70}});
+  c.spec.sinks.assign(8, 0.0f);
+  for (int h = 0; h < 8; ++h) c.spec.sinks[static_cast<size_t>(h)] = 0.5f * static_cast<float>(h) - 1.0f;
+  out.push_back(c);
+  c = make_case("mixed extend and decode", 8, 2, 128, 16, {{0, 300}, {500, 1}, {33, 1}, {0, 40}});
+  out.push_back(c);
+  c = make_case("sequential pages", 8, 2, 128, 64, {{0, 1000}, {300, 300}});
+  c.shuffle_pages = false;
+  out.push_back(c);
+  return out;
+}
+
+class HopperExtend : public ::testing::TestWithParam<harness::CheckCase> {};
+
+TEST_P(HopperExtend, MatchesReference) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const harness::CheckResult r = harness::run_check("hopper", GetParam());
+  if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
+  EXPECT_TRUE(r.passed) << harness::describe(GetParam()) << ": rel error " << r.rel_err << " > " << r.tolerance
+                        << "; " << r.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, HopperExtend, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return attnkit::testing::param_name(info.param.label); });
+
+TEST(HopperSupport, NamesTheFieldAndTheValue) {
+  using hopper::KernelKey;
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::bf16}, 64, 4), "");
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{96, DType::bf16, DType::bf16}, 64, 4),
+            "head_dim must be 64, 128 or 256, got 96");
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::e4m3}, 64, 4),
+            "cache dtype must be q's (bf16), got e4m3");
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::f16, DType::f16}, 1, 4),
+            "page_size must be 8, 16, 32, 64, 128 or 256, got 1");
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::bf16}, 16, 256),
+            "num_qo_heads / num_kv_heads must be in 1..128, got 256");
+  const Capabilities caps = hopper::capabilities();
+  EXPECT_FALSE(caps.custom_mask);
+  EXPECT_TRUE(caps.cuda_graph);  // decode graphs, on planned's kernel
+  EXPECT_EQ(caps.page_sizes, (std::vector<int>{8, 16, 32, 64, 128, 256}));
+}
+
+TEST(HopperSupport, TilesHoldWholeTokens) {
+  EXPECT_EQ(hopper::tile_rows(128, 1), 128);
+  EXPECT_EQ(hopper::tile_rows(128, 4), 128);
+  EXPECT_EQ(hopper::tile_rows(128, 7), 126);
+  EXPECT_EQ(hopper::tile_rows(128, 128), 128);
+}
+
+}  // namespace
+}  // namespace attnkit
