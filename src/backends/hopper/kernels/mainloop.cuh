@@ -161,6 +161,11 @@ struct Consumer {
       release(sm.bars.k_empty(slot.stage));
       sx.cap_and_mask(s, n0, lane);
       sx.update(s, corr);
+      // Pinned before the wait: left alone, the compiler sinks the softmax below it (nothing but
+      // registers ties them), and the softmax no longer runs under the PV product.
+      wg::fence_regs(s);
+      wg::fence_regs(corr);
+      wg::fence_regs(sx.l);
       wg::wait<0>();
       wg::fence_regs(o);
       wg::fence_regs(pa);
