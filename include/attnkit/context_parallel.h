@@ -1,7 +1,7 @@
 // Context parallelism: one request's KV history shared out over the ranks of a group, each rank
 // attending the query to its share and the partial (output, LSE) pairs merged exactly
-// (attnkit/merge.h). The share layout, each rank's share of a batch and the sharded page tables. The
-// collectives are attnkit/communicator.h's.
+// (attnkit/merge.h). The share layout, each rank's share of a batch, the sharded page tables, and
+// one rank's decode step. The collectives are attnkit/communicator.h's.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +90,46 @@ class ShardedPageTables {
   int page_size_;
   std::unordered_map<RequestId, Request> requests_;
   RequestId next_id_ = 0;
+};
+
+// One rank's decode step over its share: stores the new K/V it owns, attends its share with the
+// backend (which must return the LSE), all-gathers every rank's (output, LSE) through the
+// communicator, and merges them. Per batch: plan(); per layer: attend(), then merge(). With the
+// in-process group every rank runs attend() before any runs merge(); with NCCL one rank runs
+// both, in that order. Every rank's merge reads the same gathered states in the same order, so
+// every rank's output is the same, bit for bit.
+//
+// Refused (attnkit::Error at plan): sliding windows, sinks, score_mod / mask_mod and custom masks,
+// whose positions or softmax terms a share does not see whole.
+class ContextParallelDecode {
+ public:
+  // `backend`'s cache is this rank's; all three outlive this object.
+  ContextParallelDecode(Communicator& comm, AttentionBackend& backend, const ShareLayout& layout);
+
+  // Once per batch: this rank's share of `global` (a decode batch), planned on the backend. The
+  // batch must stay alive and unchanged until the next plan.
+  void plan(const ForwardBatch& global);
+  // q [batch_size, num_qo_heads, head_dim_qk], k [batch_size, num_kv_heads, head_dim_qk],
+  // v [batch_size, num_kv_heads, head_dim_vo] (MLA: v empty): the whole global batch's rows, on the
+  // backend's device. Everything is checked before the cache is written.
+  void attend(int layer, const TensorView& q, const TensorView& k, const TensorView& v);
+  // out [batch_size, num_qo_heads, head_dim_vo] in q's dtype, on the backend's device.
+  void merge(const TensorView& out);
+  const LocalShare& share() const { return share_; }
+
+ private:
+  Communicator& comm_;
+  AttentionBackend& backend_;
+  ShareLayout layout_;
+  const ForwardBatch* global_ = nullptr;
+  LocalShare share_;
+  int layer_ = -1;         // the layer attend() gathered, -1: none yet
+  DType q_dtype_ = DType::f32;
+  // Rank r's gathered state at r * state_floats: lse [batch_size, num_qo_heads], then
+  // o [batch_size, num_qo_heads, head_dim_vo], in f32.
+  int64_t state_floats_ = 0;
+  std::vector<float> send_host_, recv_host_;
+  Buffer send_, recv_;     // on the communicator's device where it is not the host
 };
 
 }  // namespace attnkit

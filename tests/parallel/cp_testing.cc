@@ -1,0 +1,146 @@
+// CpWorld: N ranks' caches and backends in one process, and the reference over the whole history.
+#include "cp_testing.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "harness/device_copy.h"
+
+namespace attnkit::cp_testing {
+
+using harness::fill_uniform;
+using harness::Staged;
+
+CpWorld::CpWorld(const CpCase& cc) : c(cc) {
+  model.name = "cp";
+  model.layers.assign(static_cast<size_t>(c.num_layers), c.spec);
+  int64_t total_pages = 2;
+  std::vector<RequestStep> steps;
+  for (int64_t len : c.kv_lens) {
+    total_pages += (len + c.page_size - 1) / c.page_size;
+    steps.push_back({.id = -1, .prefix_len = len - 1, .num_new_tokens = 1, .custom_mask = {}});
+  }
+  KvCacheConfig cfg = KvCacheConfig::for_spec(c.spec, c.num_layers);
+  cfg.page_size = c.page_size;
+  cfg.dtype = DType::bf16;
+  cfg.num_pages = static_cast<int>(total_pages);  // a rank could hold every page
+  layout = {.kind = c.kind, .num_ranks = c.num_ranks, .pages_per_run = c.pages_per_run,
+            .rank_num_pages = cfg.num_pages};
+  std::vector<PageAllocator*> allocators;
+  for (int r = 0; r < c.num_ranks; ++r) {
+    caches.push_back(std::make_unique<KvCache>(cfg));
+    caches.back()->allocator().shuffle(c.seed * 31 + static_cast<uint64_t>(r));  // page tables out of order
+    allocators.push_back(&caches.back()->allocator());
+  }
+  tables = std::make_unique<ShardedPageTables>(allocators, layout, c.page_size);
+  global = tables->build_batch(steps);
+  ref_cache = std::make_unique<KvCache>(cfg);
+  ref_batch = build_batch(*ref_cache, steps);
+
+  // The history (every token before the new ones) into the reference's cache and, each token on
+  // the rank of its page, into the ranks' caches: the same f32 values, rounded to bf16 by the store.
+  std::vector<int64_t> ref_slots;
+  std::vector<std::vector<int64_t>> rank_rows(static_cast<size_t>(c.num_ranks)), rank_slots(rank_rows.size());
+  for (int i = 0; i < global.batch_size(); ++i) {
+    for (int64_t t = 0; t < global.prefix_lens[i]; ++t) {
+      const int64_t row = static_cast<int64_t>(ref_slots.size());
+      ref_slots.push_back(ref_batch.slot(i, t));
+      const int32_t page = global.kv_page_indices[global.kv_page_indptr[i] + t / c.page_size];
+      const auto r = static_cast<size_t>(layout.rank_of_page(page));
+      rank_rows[r].push_back(row);
+      rank_slots[r].push_back(int64_t{layout.local_page(page)} * c.page_size + t % c.page_size);
+    }
+  }
+  const auto num_rows = static_cast<int64_t>(ref_slots.size());
+  const int kv_heads = c.spec.num_kv_heads, dk = c.spec.head_dim_qk, dv = c.spec.head_dim_vo;
+  for (int layer = 0; layer < c.num_layers && num_rows > 0; ++layer) {
+    std::vector<float> k(static_cast<size_t>(num_rows * kv_heads * dk)), v(static_cast<size_t>(num_rows * kv_heads * dv));
+    fill_uniform(TensorView(k.data(), DType::f32, Device::cpu, {static_cast<int64_t>(k.size())}), c.seed * 7 + layer * 2, -1, 1);
+    fill_uniform(TensorView(v.data(), DType::f32, Device::cpu, {static_cast<int64_t>(v.size())}), c.seed * 7 + layer * 2 + 1, -1, 1);
+    ref_cache->store(layer, TensorView(k.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dk}),
+                     TensorView(v.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dv}),
+                     TensorView(ref_slots.data(), DType::i64, Device::cpu, {num_rows}));
+    for (size_t r = 0; r < rank_rows.size(); ++r) {
+      const auto n = static_cast<int64_t>(rank_rows[r].size());
+      if (n == 0) continue;
+      std::vector<float> kr, vr;
+      for (int64_t row : rank_rows[r]) {
+        kr.insert(kr.end(), k.begin() + row * kv_heads * dk, k.begin() + (row + 1) * kv_heads * dk);
+        vr.insert(vr.end(), v.begin() + row * kv_heads * dv, v.begin() + (row + 1) * kv_heads * dv);
+      }
+      caches[r]->store(layer, TensorView(kr.data(), DType::f32, Device::cpu, {n, kv_heads, dk}),
+                       TensorView(vr.data(), DType::f32, Device::cpu, {n, kv_heads, dv}),
+                       TensorView(rank_slots[r].data(), DType::i64, Device::cpu, {n}));
+    }
+  }
+
+  group = std::make_unique<InProcessGroup>(c.num_ranks);
+  for (int r = 0; r < c.num_ranks; ++r) {
+    backends.push_back(create_backend(c.backend, {&model, caches[static_cast<size_t>(r)].get()}));
+    ranks.push_back(std::make_unique<ContextParallelDecode>(group->rank(r), *backends.back(), layout));
+    ranks.back()->plan(global);
+  }
+  ref = create_backend("reference", {&model, ref_cache.get()});
+  ref->init_forward_metadata(ref_batch);
+}
+
+CpWorld::Step CpWorld::step() {
+  Step s;
+  const int64_t n = global.batch_size();
+  const AttentionSpec& sp = c.spec;
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const uint64_t seed = c.seed * 1000003 + static_cast<uint64_t>(layer) * 4;
+    Staged q(Device::cpu, DType::bf16, {n, sp.num_qo_heads, sp.head_dim_qk});
+    Staged k(Device::cpu, DType::bf16, {n, sp.num_kv_heads, sp.head_dim_qk});
+    Staged v(Device::cpu, DType::bf16, {n, sp.num_kv_heads, sp.head_dim_vo});
+    fill_uniform(q.host(), seed + 0, -2.0f, 2.0f);
+    fill_uniform(k.host(), seed + 1, -1.0f, 1.0f);
+    fill_uniform(v.host(), seed + 2, -1.0f, 1.0f);
+    // The reference reads exact f32 copies of the bf16 inputs and writes f32.
+    Staged q32(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_qk});
+    Staged k32(Device::cpu, DType::f32, {n, sp.num_kv_heads, sp.head_dim_qk});
+    Staged v32(Device::cpu, DType::f32, {n, sp.num_kv_heads, sp.head_dim_vo});
+    for (auto [dst, src] : {std::pair{&q32, &q}, std::pair{&k32, &k}, std::pair{&v32, &v}}) {
+      for (int64_t e = 0; e < src->numel(); ++e) {
+        static_cast<float*>(dst->host_data())[e] = load_as_float(src->host().data, DType::bf16, e);
+      }
+    }
+    Staged ref_out(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_vo});
+    ref_out.poison();
+    ref->forward(layer, q32.host(), k32.host(), v32.host(), ref_out.host());
+
+    for (auto& rank : ranks) rank->attend(layer, q.host(), k.host(), v.host());
+    std::vector<Staged> outs;
+    for (int r = 0; r < c.num_ranks; ++r) {
+      outs.emplace_back(Device::cpu, DType::bf16, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
+      outs.back().poison();
+      ranks[static_cast<size_t>(r)]->merge(outs.back().host());
+    }
+    const Comparison cmp = compare(outs[0].host(), ref_out.host());
+    if (cmp.rel_err >= s.rel_err) {
+      s.rel_err = cmp.rel_err;
+      std::ostringstream os;
+      os << "layer " << layer << " flat element " << cmp.worst << ": got " << cmp.got << ", reference " << cmp.want;
+      s.message = os.str();
+    }
+    const auto* rank0 = static_cast<const uint8_t*>(outs[0].host().data);
+    s.outputs.emplace_back(rank0, rank0 + outs[0].host().nbytes());
+    for (const Staged& o : outs) s.ranks_agree = s.ranks_agree && std::memcmp(o.host().data, rank0, o.host().nbytes()) == 0;
+  }
+  return s;
+}
+
+std::vector<uint8_t> CpWorld::cache_bytes() const {
+  std::vector<uint8_t> bytes;
+  for (const auto& cache : caches) {
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      for (const TensorView& pool : {cache->k_pool_view(layer), cache->v_pool_view(layer)}) {
+        const auto* p = static_cast<const uint8_t*>(pool.data);
+        bytes.insert(bytes.end(), p, p + pool.nbytes());
+      }
+    }
+  }
+  return bytes;
+}
+
+}  // namespace attnkit::cp_testing
