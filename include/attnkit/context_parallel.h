@@ -44,6 +44,19 @@ struct ShareLayout {
   void validate() const;
 };
 
+// The new tokens of a global batch (any mode) whose positions are on one rank, and their slots in
+// that rank's cache: where each token's K/V is stored.
+struct StoreRoute {
+  std::vector<int32_t> token_idx;  // indices into the global batch's tokens
+  std::vector<int64_t> slots;      // [token_idx.size()]
+};
+
+// Checks `global` (its page tables global, ShareLayout) and that each page sits on the rank the
+// layout puts it on; throws attnkit::Error naming the field, the value and the expectation.
+void check_sharded_batch(const ForwardBatch& global, const ShareLayout& layout);
+// Rank `rank`'s part of the new tokens of `global`, after check_sharded_batch.
+StoreRoute route_new_tokens(const ForwardBatch& global, const ShareLayout& layout, int rank);
+
 // One rank's part of a global decode batch (see local_share).
 struct LocalShare {
   int rank = 0;
@@ -52,14 +65,11 @@ struct LocalShare {
   // sees all of its history, so the backend's causal mask is right on any share).
   ForwardBatch batch;
   std::vector<int32_t> request_idx;      // [batch.batch_size()] the global request of each local one
-  // The global batch's new tokens whose position is on this rank, and their slots in its cache.
-  std::vector<int32_t> store_token_idx;  // indices into the global batch's tokens
-  std::vector<int64_t> store_slots;      // [store_token_idx.size()]
+  StoreRoute store;  // the new tokens this rank stores
 };
 
 // Rank `rank`'s share of `global`, a decode batch whose page tables are global (ShareLayout).
-// Checks the batch and that each page sits on the rank the layout puts it on, and throws
-// attnkit::Error naming the field, the value and the expectation; reads no cache.
+// Checks it as check_sharded_batch does; reads no cache.
 LocalShare local_share(const ForwardBatch& global, const ShareLayout& layout, int rank);
 
 // The page tables of requests whose KV is shared out over the ranks' caches: build_batch's

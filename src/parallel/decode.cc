@@ -84,23 +84,23 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
   }
   const int64_t heads = spec.num_qo_heads, dv = spec.head_dim_vo;
   const int64_t local = share_.batch.batch_size();
-  const auto num_stored = static_cast<int64_t>(share_.store_token_idx.size());
+  const auto num_stored = static_cast<int64_t>(share_.store.token_idx.size());
 
   // The new K/V whose positions are this rank's, into its cache; the backend then stores nothing.
   KvCache& cache = backend_.cache();
   if (num_stored > 0) {
     Buffer k_rows(device, static_cast<size_t>(num_stored * (k.numel() / n)) * dtype_size(k.dtype));
     const TensorView k_view = k_rows.view(k.dtype, {num_stored, k.dim(1), k.dim(2)});
-    gather_rows(k_view, k, share_.store_token_idx);
+    gather_rows(k_view, k, share_.store.token_idx);
     Buffer v_rows;
     TensorView v_view;
     if (!spec.is_mla()) {
       v_rows = Buffer(device, static_cast<size_t>(num_stored * (v.numel() / n)) * dtype_size(v.dtype));
       v_view = v_rows.view(v.dtype, {num_stored, v.dim(1), v.dim(2)});
-      gather_rows(v_view, v, share_.store_token_idx);
+      gather_rows(v_view, v, share_.store.token_idx);
     }
-    Buffer slots(device, share_.store_slots.size() * sizeof(int64_t));
-    slots.copy_from_host(share_.store_slots.data(), slots.nbytes());
+    Buffer slots(device, share_.store.slots.size() * sizeof(int64_t));
+    slots.copy_from_host(share_.store.slots.data(), slots.nbytes());
     cache.store(layer, k_view, v_view, slots.view(DType::i64, {num_stored}));
   }
 

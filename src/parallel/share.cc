@@ -1,4 +1,5 @@
-// The share layout's checks, and local_share: one rank's part of a global decode batch.
+// The share layout's checks, the store routing of new tokens, and local_share: one rank's part of a
+// global decode batch.
 #include <string>
 
 #include "attnkit/context_parallel.h"
@@ -16,12 +17,30 @@ void ShareLayout::validate() const {
                 int64_t{num_ranks} * rank_num_pages, ") must fit a 32-bit page index");
 }
 
-LocalShare local_share(const ForwardBatch& global, const ShareLayout& layout, int rank) {
-  layout.validate();
+namespace {
+void check_rank(const ShareLayout& layout, int rank) {
   ATTNKIT_CHECK(rank >= 0 && rank < layout.num_ranks, "context parallel: rank must be in 0..", layout.num_ranks - 1,
                 ", got ", rank);
-  ATTNKIT_CHECK(global.mode == ForwardMode::decode, "context parallel: local_share takes a decode batch, got mode ",
-                forward_mode_name(global.mode));
+}
+
+StoreRoute route_checked(const ForwardBatch& global, const ShareLayout& layout, int rank) {
+  StoreRoute route;
+  const int page_size = global.page_size;
+  for (int i = 0; i < global.batch_size(); ++i) {
+    for (int j = 0; j < global.qo_len(i); ++j) {
+      const int64_t position = global.prefix_lens[i] + j;
+      if (layout.owner(position / page_size) != rank) continue;
+      const int32_t page = global.kv_page_indices[global.kv_page_indptr[i] + position / page_size];
+      route.token_idx.push_back(global.qo_indptr[i] + j);
+      route.slots.push_back(int64_t{layout.local_page(page)} * page_size + position % page_size);
+    }
+  }
+  return route;
+}
+}  // namespace
+
+void check_sharded_batch(const ForwardBatch& global, const ShareLayout& layout) {
+  layout.validate();
   ATTNKIT_CHECK(global.custom_mask.empty(), "context parallel: custom masks are not supported (custom_mask has ",
                 global.custom_mask.size(), " entries, expected none)");
   // The global batch against the global page space: every rank's pages, one after another.
@@ -29,7 +48,6 @@ LocalShare local_share(const ForwardBatch& global, const ShareLayout& layout, in
   space.page_size = global.page_size;
   space.num_pages = layout.num_ranks * layout.rank_num_pages;
   global.validate(space);
-  const int page_size = global.page_size;
   for (int i = 0; i < global.batch_size(); ++i) {
     for (int j = 0; j < global.num_pages(i); ++j) {
       const int p = global.kv_page_indptr[i] + j;
@@ -39,6 +57,21 @@ LocalShare local_share(const ForwardBatch& global, const ShareLayout& layout, in
                     ", but the share layout puts that page on rank ", layout.owner(j));
     }
   }
+}
+
+StoreRoute route_new_tokens(const ForwardBatch& global, const ShareLayout& layout, int rank) {
+  check_sharded_batch(global, layout);
+  check_rank(layout, rank);
+  return route_checked(global, layout, rank);
+}
+
+LocalShare local_share(const ForwardBatch& global, const ShareLayout& layout, int rank) {
+  layout.validate();
+  check_rank(layout, rank);
+  ATTNKIT_CHECK(global.mode == ForwardMode::decode, "context parallel: local_share takes a decode batch, got mode ",
+                forward_mode_name(global.mode));
+  check_sharded_batch(global, layout);
+  const int page_size = global.page_size;
 
   LocalShare s;
   s.rank = rank;
@@ -57,15 +90,6 @@ LocalShare local_share(const ForwardBatch& global, const ShareLayout& layout, in
       last_len = j + 1 == global.num_pages(i) ? global.kv_last_page_len[i] : page_size;
       share_len += last_len;
     }
-    // The new token (a decode batch has one a request) goes to the rank of its page.
-    const int32_t token = global.qo_indptr[i];
-    const int64_t position = global.prefix_lens[i];
-    if (layout.owner(position / page_size) == rank) {
-      s.store_token_idx.push_back(token);
-      s.store_slots.push_back(int64_t{layout.local_page(global.kv_page_indices[global.kv_page_indptr[i] +
-                                                                               position / page_size])} *
-                                  page_size + position % page_size);
-    }
     if (share_len == 0) {  // nothing of this request here: its partial state is empty (lse -inf)
       continue;
     }
@@ -78,6 +102,7 @@ LocalShare local_share(const ForwardBatch& global, const ShareLayout& layout, in
     if (!global.request_ids.empty()) b.request_ids.push_back(global.request_ids[static_cast<size_t>(i)]);
     s.request_idx.push_back(i);
   }
+  s.store = route_checked(global, layout, rank);
   return s;
 }
 

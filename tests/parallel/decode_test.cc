@@ -109,7 +109,7 @@ TEST(ContextParallelDecode, StoresEachNewTokenOnItsRankOnly) {
   int stored = 0;
   for (int r = 0; r < 3; ++r) {
     const LocalShare& share = world.ranks[static_cast<size_t>(r)]->share();
-    for (int32_t t : share.store_token_idx) {
+    for (int32_t t : share.store.token_idx) {
       EXPECT_EQ(world.layout.owner((c.kv_lens[static_cast<size_t>(t)] - 1) / c.page_size), r) << t;
       ++stored;
     }

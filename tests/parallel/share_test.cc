@@ -67,13 +67,13 @@ TEST(LocalShare, SplitsPagesAndRoutesTheNewToken) {
   EXPECT_EQ(s0.request_idx, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(s0.batch.kv_len(0), 4);
   EXPECT_EQ(s0.batch.kv_len(1), 3);
-  EXPECT_EQ(s0.store_token_idx, (std::vector<int32_t>{1}));
+  EXPECT_EQ(s0.store.token_idx, (std::vector<int32_t>{1}));
   EXPECT_EQ(s1.request_idx, (std::vector<int32_t>{0}));
   EXPECT_EQ(s1.batch.kv_len(0), 4);
-  EXPECT_TRUE(s1.store_token_idx.empty());
+  EXPECT_TRUE(s1.store.token_idx.empty());
   EXPECT_EQ(s2.batch.kv_len(0), 2);
-  EXPECT_EQ(s2.store_token_idx, (std::vector<int32_t>{0}));
-  EXPECT_EQ(s2.store_slots[0], int64_t{l.local_page(g.kv_page_indices[2])} * 4 + 1);
+  EXPECT_EQ(s2.store.token_idx, (std::vector<int32_t>{0}));
+  EXPECT_EQ(s2.store.slots[0], int64_t{l.local_page(g.kv_page_indices[2])} * 4 + 1);
   // Each rank's page ids are its own cache's.
   for (const LocalShare* s : {&s0, &s1, &s2}) {
     KvCacheConfig own;
