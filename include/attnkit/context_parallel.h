@@ -1,11 +1,12 @@
 // Context parallelism: one request's KV history shared out over the ranks of a group, each rank
 // attending the query to its share and the partial (output, LSE) pairs merged exactly
 // (attnkit/merge.h). The share layout, each rank's share of a batch, the sharded page tables, and
-// one rank's decode step. The collectives are attnkit/communicator.h's.
+// one rank's decode and causal prefill steps. The collectives are attnkit/communicator.h's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,7 +29,7 @@ enum class ShareKind {
 struct ShareLayout {
   ShareKind kind = ShareKind::interleaved;
   int num_ranks = 1;
-  int pages_per_run = 1;   // contiguous only
+  int pages_per_run = 1;  // contiguous only
   // Pages of each rank's cache. A page index in a global page table (the batch every rank is given)
   // names page g % rank_num_pages of rank g / rank_num_pages's cache.
   int rank_num_pages = 0;
@@ -64,8 +65,8 @@ struct LocalShare {
   // ids and its share's lengths; one query row each, attending the whole share (a decode query
   // sees all of its history, so the backend's causal mask is right on any share).
   ForwardBatch batch;
-  std::vector<int32_t> request_idx;      // [batch.batch_size()] the global request of each local one
-  StoreRoute store;  // the new tokens this rank stores
+  std::vector<int32_t> request_idx;  // [batch.batch_size()] the global request of each local one
+  StoreRoute store;                  // the new tokens this rank stores
 };
 
 // Rank `rank`'s share of `global`, a decode batch whose page tables are global (ShareLayout).
@@ -133,13 +134,58 @@ class ContextParallelDecode {
   ShareLayout layout_;
   const ForwardBatch* global_ = nullptr;
   LocalShare share_;
-  int layer_ = -1;         // the layer attend() gathered, -1: none yet
+  int layer_ = -1;  // the layer attend() gathered, -1: none yet
   DType q_dtype_ = DType::f32;
   // Rank r's gathered state at r * state_floats: lse [batch_size, num_qo_heads], then
   // o [batch_size, num_qo_heads, head_dim_vo], in f32.
   int64_t state_floats_ = 0;
   std::vector<float> send_host_, recv_host_;
-  Buffer send_, recv_;     // on the communicator's device where it is not the host
+  Buffer send_, recv_;  // on the communicator's device where it is not the host
+};
+
+// Causal prefill, zig-zag: each request's new tokens are cut into 2 * num_ranks chunks, and rank r
+// takes chunks r and 2N-1-r, so that every rank has the same causal work. Chunk c of a prompt of
+// `len` tokens starts at zigzag_chunk_begin(len, 2N, c); the first len % (2N) chunks are one token
+// longer, so sizes never grow with c.
+int64_t zigzag_chunk_begin(int64_t len, int num_chunks, int chunk);
+// The global batch's tokens rank `rank` takes, request by request: its chunk r, then 2N-1-r. These
+// are the rows of ContextParallelPrefill's q, k, v and out.
+std::vector<int32_t> zigzag_rows(const ForwardBatch& global, int num_ranks, int rank);
+
+// One rank's causal prefill of fresh prompts (prefix_lens all 0) whose KV is shared out by the
+// layout. Per layer: exchange() all-gathers every rank's K/V chunks through the communicator (one
+// collective); attend() stores the tokens whose pages are this rank's into its cache, attends each
+// of its query chunks [qa, qb) to every KV chunk [ka, kb) it sees (fully where kb <= qa, with the
+// backend's causal mask where it is the same chunk, skipped where ka >= qb) and merges the
+// partial states of each row. The gathered K/V of the whole batch are held for the layer in a
+// scratch cache of one layer, read by two backends of the given registry name: one with the
+// layer's causal spec, one with it non-causal. Every layer must have the same spec as layer 0;
+// MLA, windows, sinks, modifiers and custom masks are refused.
+class ContextParallelPrefill {
+ public:
+  // `cache` is this rank's (pages of the layout's rank_num_pages); all outlive this object.
+  ContextParallelPrefill(Communicator& comm, const std::string& backend, const ModelSpec& model, KvCache& cache,
+                         const ShareLayout& layout);
+  ~ContextParallelPrefill();
+
+  // Once per batch; the batch must stay alive and unchanged until the next plan.
+  void plan(const ForwardBatch& global);
+  // q [rows, num_qo_heads, head_dim_qk], k [rows, num_kv_heads, head_dim_qk],
+  // v [rows, num_kv_heads, head_dim_vo]: this rank's zigzag_rows, on the cache's device.
+  void exchange(int layer, const TensorView& q, const TensorView& k, const TensorView& v);
+  // out [rows, num_qo_heads, head_dim_vo], q's dtype. After every rank's exchange (in-process).
+  void attend(const TensorView& out);
+  const std::vector<int32_t>& rows() const { return rows_; }
+
+ private:
+  struct Plan;
+  Communicator& comm_;
+  std::string backend_name_;
+  const ModelSpec& model_;
+  KvCache& cache_;
+  ShareLayout layout_;
+  std::vector<int32_t> rows_;
+  std::unique_ptr<Plan> plan_;
 };
 
 }  // namespace attnkit

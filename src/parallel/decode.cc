@@ -8,6 +8,7 @@
 #include "attnkit/context_parallel.h"
 #include "attnkit/error.h"
 #include "attnkit/merge.h"
+#include "parallel/checks.h"
 
 namespace attnkit {
 namespace {
@@ -29,8 +30,9 @@ void gather_rows(const TensorView& dst, const TensorView& src, const std::vector
 
 void check_rows(const char* field, const TensorView& t, int64_t rows, int heads, int dim, DType dtype, Device device) {
   ATTNKIT_CHECK(!t.empty() || rows == 0, "context parallel decode: ", field, " must not be empty");
-  ATTNKIT_CHECK(t.rank == 3 && t.dim(0) == rows && t.dim(1) == heads && t.dim(2) == dim, "context parallel decode: ",
-                field, " must be [", rows, ", ", heads, ", ", dim, "], got ", t.describe());
+  ATTNKIT_CHECK(t.rank == 3 && t.dim(0) == rows && t.dim(1) == heads && t.dim(2) == dim,
+                "context parallel decode: ", field, " must be [", rows, ", ", heads, ", ", dim, "], got ",
+                t.describe());
   ATTNKIT_CHECK(t.dtype == dtype && t.device == device, "context parallel decode: ", field, " must be ",
                 dtype_name(dtype), " on ", device_name(device), ", got ", t.describe());
 }
@@ -49,13 +51,7 @@ ContextParallelDecode::ContextParallelDecode(Communicator& comm, AttentionBacken
                 " pages, expected the layout's rank_num_pages (", layout_.rank_num_pages, ")");
   for (int l = 0; l < backend_.model().num_layers(); ++l) {
     const AttentionSpec& spec = backend_.model().layer(l);
-    const char* why = spec.window_left >= 0        ? "a sliding window (window_left >= 0)"
-                      : !spec.sinks.empty()        ? "sinks"
-                      : !spec.score_mod.empty()    ? "a score_mod"
-                      : !spec.mask_mod.empty()     ? "a mask_mod"
-                                                   : nullptr;
-    // A share sees neither the global positions a window or a modifier reads nor the whole softmax
-    // the sinks join.
+    const char* why = parallel::why_not_shareable(spec);
     ATTNKIT_CHECK(why == nullptr, "context parallel decode: layer ", l, " has ", why,
                   ", which a share of the history cannot apply");
   }
@@ -78,7 +74,8 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
   check_rows("q", q, n, spec.num_qo_heads, spec.head_dim_qk, q.dtype, device);
   check_rows("k", k, n, spec.num_kv_heads, spec.head_dim_qk, q.dtype, device);
   if (spec.is_mla()) {
-    ATTNKIT_CHECK(v.empty(), "context parallel decode: MLA stores the latent as k; v must be empty, got ", v.describe());
+    ATTNKIT_CHECK(v.empty(), "context parallel decode: MLA stores the latent as k; v must be empty, got ",
+                  v.describe());
   } else {
     check_rows("v", v, n, spec.num_kv_heads, spec.head_dim_vo, q.dtype, device);
   }
@@ -119,7 +116,8 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
     for (int64_t i = 0; i < local; ++i) {
       const int64_t row = share_.request_idx[static_cast<size_t>(i)];
       for (int64_t e = 0; e < q_row; ++e) {
-        store_from_float(q_part.data(), part_dtype, i * q_row + e, load_as_float(q_all.data(), q.dtype, row * q_row + e));
+        store_from_float(q_part.data(), part_dtype, i * q_row + e,
+                         load_as_float(q_all.data(), q.dtype, row * q_row + e));
       }
     }
     Buffer q_dev(device, q_part.size());

@@ -14,11 +14,11 @@ namespace {
 
 static_assert(sizeof(NcclId::bytes) == NCCL_UNIQUE_ID_BYTES, "NcclId must hold exactly one ncclUniqueId");
 
-#define ATTNKIT_NCCL_CHECK(expr)                                                                    \
-  do {                                                                                              \
-    const ncclResult_t attnkit_nccl_result = (expr);                                                \
-    ATTNKIT_CHECK(attnkit_nccl_result == ncclSuccess, "nccl: ", #expr, " failed: ",                 \
-                  ncclGetErrorString(attnkit_nccl_result));                                         \
+#define ATTNKIT_NCCL_CHECK(expr)                                         \
+  do {                                                                   \
+    const ncclResult_t attnkit_nccl_result = (expr);                     \
+    ATTNKIT_CHECK(attnkit_nccl_result == ncclSuccess, "nccl: ", #expr,   \
+                  " failed: ", ncclGetErrorString(attnkit_nccl_result)); \
   } while (0)
 
 class NcclCommunicator : public Communicator {

@@ -4,7 +4,8 @@
 
 namespace attnkit {
 namespace {
-constexpr const char* kNoNccl = "nccl: attnkit was built without NCCL (a CUDA build where CMake finds nccl.h and libnccl)";
+constexpr const char* kNoNccl =
+    "nccl: attnkit was built without NCCL (a CUDA build where CMake finds nccl.h and libnccl)";
 }  // namespace
 
 bool nccl_available() { return false; }

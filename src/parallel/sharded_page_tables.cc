@@ -6,8 +6,7 @@
 
 namespace attnkit {
 
-ShardedPageTables::ShardedPageTables(std::vector<PageAllocator*> allocators, const ShareLayout& layout,
-                                     int page_size)
+ShardedPageTables::ShardedPageTables(std::vector<PageAllocator*> allocators, const ShareLayout& layout, int page_size)
     : allocators_(std::move(allocators)), layout_(layout), page_size_(page_size) {
   layout_.validate();
   ATTNKIT_CHECK(page_size_ >= 1 && page_size_ <= 256, "context parallel: page_size must be in 1..256, got ",
@@ -17,9 +16,9 @@ ShardedPageTables::ShardedPageTables(std::vector<PageAllocator*> allocators, con
                 allocators_.size());
   for (size_t r = 0; r < allocators_.size(); ++r) {
     ATTNKIT_CHECK(allocators_[r] != nullptr, "context parallel: allocators[", r, "] must not be null");
-    ATTNKIT_CHECK(allocators_[r]->num_pages() == layout_.rank_num_pages, "context parallel: allocators[", r,
-                  "] has ", allocators_[r]->num_pages(), " pages, expected the layout's rank_num_pages (",
-                  layout_.rank_num_pages, ")");
+    ATTNKIT_CHECK(allocators_[r]->num_pages() == layout_.rank_num_pages, "context parallel: allocators[", r, "] has ",
+                  allocators_[r]->num_pages(), " pages, expected the layout's rank_num_pages (", layout_.rank_num_pages,
+                  ")");
   }
 }
 
@@ -59,9 +58,9 @@ ForwardBatch ShardedPageTables::build_batch(const std::vector<RequestStep>& step
   }
   for (size_t r = 0; r < allocators_.size(); ++r) {
     if (needed[r] > allocators_[r]->num_free()) {
-      throw OutOfPagesError(detail::concat("context parallel: rank ", r, "'s KV cache is out of pages: the batch needs ",
-                                           needed[r], ", ", allocators_[r]->num_free(), " of ",
-                                           allocators_[r]->num_pages(), " free"));
+      throw OutOfPagesError(detail::concat("context parallel: rank ", r,
+                                           "'s KV cache is out of pages: the batch needs ", needed[r], ", ",
+                                           allocators_[r]->num_free(), " of ", allocators_[r]->num_pages(), " free"));
     }
   }
 

@@ -1,7 +1,8 @@
 // The in-process group's all-gather, and the NCCL entry points of a build without NCCL.
+#include "attnkit/communicator.h"
+
 #include <gtest/gtest.h>
 
-#include "attnkit/communicator.h"
 #include "attnkit/error.h"
 
 namespace attnkit {

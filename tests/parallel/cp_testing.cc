@@ -11,6 +11,22 @@ namespace attnkit::cp_testing {
 using harness::fill_uniform;
 using harness::Staged;
 
+namespace {
+Staged random_bf16(std::vector<int64_t> shape, uint64_t seed, float lo, float hi) {
+  Staged s(Device::cpu, DType::bf16, std::move(shape));
+  fill_uniform(s.host(), seed, lo, hi);
+  return s;
+}
+}  // namespace
+
+LayerInputs::LayerInputs(const AttentionSpec& spec, int64_t rows, uint64_t seed)
+    : q(random_bf16({rows, spec.num_qo_heads, spec.head_dim_qk}, seed + 0, -2.0f, 2.0f)),
+      k(random_bf16({rows, spec.num_kv_heads, spec.head_dim_qk}, seed + 1, -1.0f, 1.0f)),
+      v(random_bf16({rows, spec.num_kv_heads, spec.head_dim_vo}, seed + 2, -1.0f, 1.0f)),
+      q32(harness::widen_to_f32(q)),
+      k32(harness::widen_to_f32(k)),
+      v32(harness::widen_to_f32(v)) {}
+
 CpWorld::CpWorld(const CpCase& cc) : c(cc) {
   model.name = "cp";
   model.layers.assign(static_cast<size_t>(c.num_layers), c.spec);
@@ -24,8 +40,8 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
   cfg.page_size = c.page_size;
   cfg.dtype = DType::bf16;
   cfg.num_pages = static_cast<int>(total_pages);  // a rank could hold every page
-  layout = {.kind = c.kind, .num_ranks = c.num_ranks, .pages_per_run = c.pages_per_run,
-            .rank_num_pages = cfg.num_pages};
+  layout = {
+      .kind = c.kind, .num_ranks = c.num_ranks, .pages_per_run = c.pages_per_run, .rank_num_pages = cfg.num_pages};
   std::vector<PageAllocator*> allocators;
   for (int r = 0; r < c.num_ranks; ++r) {
     caches.push_back(std::make_unique<KvCache>(cfg));
@@ -54,9 +70,12 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
   const auto num_rows = static_cast<int64_t>(ref_slots.size());
   const int kv_heads = c.spec.num_kv_heads, dk = c.spec.head_dim_qk, dv = c.spec.head_dim_vo;
   for (int layer = 0; layer < c.num_layers && num_rows > 0; ++layer) {
-    std::vector<float> k(static_cast<size_t>(num_rows * kv_heads * dk)), v(static_cast<size_t>(num_rows * kv_heads * dv));
-    fill_uniform(TensorView(k.data(), DType::f32, Device::cpu, {static_cast<int64_t>(k.size())}), c.seed * 7 + layer * 2, -1, 1);
-    fill_uniform(TensorView(v.data(), DType::f32, Device::cpu, {static_cast<int64_t>(v.size())}), c.seed * 7 + layer * 2 + 1, -1, 1);
+    std::vector<float> k(static_cast<size_t>(num_rows * kv_heads * dk)),
+        v(static_cast<size_t>(num_rows * kv_heads * dv));
+    fill_uniform(TensorView(k.data(), DType::f32, Device::cpu, {static_cast<int64_t>(k.size())}),
+                 c.seed * 7 + layer * 2, -1, 1);
+    fill_uniform(TensorView(v.data(), DType::f32, Device::cpu, {static_cast<int64_t>(v.size())}),
+                 c.seed * 7 + layer * 2 + 1, -1, 1);
     ref_cache->store(layer, TensorView(k.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dk}),
                      TensorView(v.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dv}),
                      TensorView(ref_slots.data(), DType::i64, Device::cpu, {num_rows}));
@@ -89,27 +108,12 @@ CpWorld::Step CpWorld::step() {
   const int64_t n = global.batch_size();
   const AttentionSpec& sp = c.spec;
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    const uint64_t seed = c.seed * 1000003 + static_cast<uint64_t>(layer) * 4;
-    Staged q(Device::cpu, DType::bf16, {n, sp.num_qo_heads, sp.head_dim_qk});
-    Staged k(Device::cpu, DType::bf16, {n, sp.num_kv_heads, sp.head_dim_qk});
-    Staged v(Device::cpu, DType::bf16, {n, sp.num_kv_heads, sp.head_dim_vo});
-    fill_uniform(q.host(), seed + 0, -2.0f, 2.0f);
-    fill_uniform(k.host(), seed + 1, -1.0f, 1.0f);
-    fill_uniform(v.host(), seed + 2, -1.0f, 1.0f);
-    // The reference reads exact f32 copies of the bf16 inputs and writes f32.
-    Staged q32(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_qk});
-    Staged k32(Device::cpu, DType::f32, {n, sp.num_kv_heads, sp.head_dim_qk});
-    Staged v32(Device::cpu, DType::f32, {n, sp.num_kv_heads, sp.head_dim_vo});
-    for (auto [dst, src] : {std::pair{&q32, &q}, std::pair{&k32, &k}, std::pair{&v32, &v}}) {
-      for (int64_t e = 0; e < src->numel(); ++e) {
-        static_cast<float*>(dst->host_data())[e] = load_as_float(src->host().data, DType::bf16, e);
-      }
-    }
+    const LayerInputs in(sp, n, c.seed * 1000003 + static_cast<uint64_t>(layer) * 4);
     Staged ref_out(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_vo});
     ref_out.poison();
-    ref->forward(layer, q32.host(), k32.host(), v32.host(), ref_out.host());
+    ref->forward(layer, in.q32.host(), in.k32.host(), in.v32.host(), ref_out.host());
 
-    for (auto& rank : ranks) rank->attend(layer, q.host(), k.host(), v.host());
+    for (auto& rank : ranks) rank->attend(layer, in.q.host(), in.k.host(), in.v.host());
     std::vector<Staged> outs;
     for (int r = 0; r < c.num_ranks; ++r) {
       outs.emplace_back(Device::cpu, DType::bf16, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
@@ -125,7 +129,8 @@ CpWorld::Step CpWorld::step() {
     }
     const auto* rank0 = static_cast<const uint8_t*>(outs[0].host().data);
     s.outputs.emplace_back(rank0, rank0 + outs[0].host().nbytes());
-    for (const Staged& o : outs) s.ranks_agree = s.ranks_agree && std::memcmp(o.host().data, rank0, o.host().nbytes()) == 0;
+    for (const Staged& o : outs)
+      s.ranks_agree = s.ranks_agree && std::memcmp(o.host().data, rank0, o.host().nbytes()) == 0;
   }
   return s;
 }

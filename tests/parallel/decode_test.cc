@@ -48,13 +48,14 @@ TEST_P(SmallCases, MatchesReference) {
   expect_matches_reference(small_case(backend, num_ranks, kind));
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuBackends, SmallCases,
-                         ::testing::Combine(::testing::Values("reference", "cpu"), ::testing::Values(2, 3, 8),
-                                            ::testing::Values(ShareKind::contiguous, ShareKind::interleaved)),
-                         [](const auto& info) {
-                           return attnkit::testing::param_name(
-                               small_case(std::get<0>(info.param), std::get<1>(info.param), std::get<2>(info.param)).label);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    CpuBackends, SmallCases,
+    ::testing::Combine(::testing::Values("reference", "cpu"), ::testing::Values(2, 3, 8),
+                       ::testing::Values(ShareKind::contiguous, ShareKind::interleaved)),
+    [](const auto& info) {
+      return attnkit::testing::param_name(
+          small_case(std::get<0>(info.param), std::get<1>(info.param), std::get<2>(info.param)).label);
+    });
 
 TEST(ContextParallelDecode, Llama3HeadsOnTheCpuBackend) {
   for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
@@ -143,15 +144,17 @@ TEST(ContextParallelDecode, RefusesWhatAShareCannotApply) {
     ContextParallelDecode cp(world.group->rank(0), *backend, world.layout);
     FAIL() << "a sliding window was accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "context parallel decode: layer 1 has a sliding window (window_left >= 0), which a share "
-                           "of the history cannot apply");
+    EXPECT_STREQ(e.what(),
+                 "context parallel decode: layer 1 has a sliding window (window_left >= 0), which a share "
+                 "of the history cannot apply");
   }
   InProcessGroup three(3);
   try {
     ContextParallelDecode cp(three.rank(0), *world.backends[0], world.layout);
     FAIL() << "a group of 3 for a layout of 2 ranks was accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "context parallel decode: the communicator has 3 ranks, expected the layout's num_ranks (2)");
+    EXPECT_STREQ(e.what(),
+                 "context parallel decode: the communicator has 3 ranks, expected the layout's num_ranks (2)");
   }
 }
 

@@ -93,8 +93,9 @@ TEST(LocalShare, PageOnTheWrongRankIsRefused) {
     local_share(g, l, 0);
     FAIL() << "a page on the wrong rank was accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "context parallel: kv_page_indices[1] (request 0's page 1) is 25, a page of rank 1, but "
-                           "the share layout puts that page on rank 0");
+    EXPECT_STREQ(e.what(),
+                 "context parallel: kv_page_indices[1] (request 0's page 1) is 25, a page of rank 1, but "
+                 "the share layout puts that page on rank 0");
   }
   g.kv_page_indices[1] = 2 * 16;  // past every rank's pages
   try {
@@ -131,8 +132,8 @@ TEST(ShardedPageTables, AllOrNothingOverTheRanks) {
   EXPECT_EQ(t.a[1].num_free(), 2);
   // A request that grows keeps its pages on their ranks.
   const ForwardBatch g = t.tables->build_batch({{.id = -1, .prefix_len = 3, .num_new_tokens = 1, .custom_mask = {}}});
-  const ForwardBatch g2 = t.tables->build_batch({{.id = g.request_ids[0], .prefix_len = 0, .num_new_tokens = 1,
-                                                  .custom_mask = {}}});
+  const ForwardBatch g2 =
+      t.tables->build_batch({{.id = g.request_ids[0], .prefix_len = 0, .num_new_tokens = 1, .custom_mask = {}}});
   EXPECT_EQ(g2.kv_page_indices[0], g.kv_page_indices[0]);
   EXPECT_EQ(l.rank_of_page(g2.kv_page_indices[1]), 1);
   t.tables->free_request(g.request_ids[0]);
