@@ -135,6 +135,30 @@ TEST(ContextParallelDecode, BadQueryShapeLeavesTheCachesUntouched) {
   EXPECT_EQ(world.cache_bytes(), before);
 }
 
+TEST(ContextParallelDecode, PageTableThatDoesNotMatchTheLayoutIsRefusedBeforeAnyWork) {
+  CpWorld world(small_case("cpu", 3, ShareKind::interleaved));
+  const std::vector<uint8_t> before = world.cache_bytes();
+  ForwardBatch bad = world.global;
+  // Request 1 (23 tokens) has pages 0..5; page 1 belongs to rank 1: hand it one of rank 2's.
+  const int p = bad.kv_page_indptr[1] + 1;
+  bad.kv_page_indices[static_cast<size_t>(p)] = world.layout.global_page(2, 0);
+  try {
+    world.ranks[0]->plan(bad);
+    FAIL() << "a page on the wrong rank was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "context parallel: kv_page_indices[" + std::to_string(p) + "] (request 1's page 1) is " +
+                                         std::to_string(world.layout.global_page(2, 0)) +
+                                         ", a page of rank 2, but the share layout puts that page on rank 1");
+  }
+  EXPECT_EQ(world.cache_bytes(), before);
+  try {
+    world.ranks[0]->attend(0, TensorView(), TensorView(), TensorView());
+    FAIL() << "attend after a failed plan";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "context parallel decode: plan must be called before attend");
+  }
+}
+
 TEST(ContextParallelDecode, RefusesWhatAShareCannotApply) {
   CpWorld world(small_case("cpu", 2, ShareKind::contiguous));
   ModelSpec windowed = world.model;
