@@ -226,7 +226,9 @@ void ContextParallelPrefill::exchange(int layer, const TensorView& q, const Tens
   p.q_host = to_host(q);
   const std::vector<uint8_t> k_host = to_host(k), v_host = to_host(v);
   // This rank's part of the gather: K of every request's two chunks, each padded to cmax rows, then V.
-  const size_t k_row = k.nbytes() / std::max<int64_t>(rows, 1), v_row = v.nbytes() / std::max<int64_t>(rows, 1);
+  // Row sizes from the spec: a rank whose chunks are all empty gives as many bytes as the others.
+  const size_t k_row = static_cast<size_t>(spec.num_kv_heads * spec.head_dim_qk) * dtype_size(q.dtype);
+  const size_t v_row = static_cast<size_t>(spec.num_kv_heads * spec.head_dim_vo) * dtype_size(q.dtype);
   const auto padded = static_cast<size_t>(p.gather_rows);
   p.send.assign(padded * (k_row + v_row), 0);
   const int n = layout_.num_ranks, chunks = 2 * n;

@@ -182,6 +182,15 @@ TEST(ContextParallelPrefill, Llama3Heads) {
   EXPECT_LE(run_prefill_then_decode(c, &message), default_tolerance(DType::bf16, DType::bf16)) << message;
 }
 
+TEST(ContextParallelPrefill, RanksWhoseChunksAreAllEmpty) {
+  // 3 tokens in 16 chunks: ranks 3..7 hold no token of the prompt, nor compute any row.
+  PrefillCase c;
+  c.num_ranks = 8;
+  c.prompt_lens = {3};
+  std::string message;
+  EXPECT_LE(run_prefill_then_decode(c, &message), default_tolerance(DType::bf16, DType::bf16)) << message;
+}
+
 TEST(ContextParallelPrefill, ZigZagChunks) {
   // 10 tokens in 4 chunks: 3, 3, 2, 2; rank 0 of 2 takes chunks 0 and 3, rank 1 chunks 1 and 2.
   EXPECT_EQ(zigzag_chunk_begin(10, 4, 1), 3);
