@@ -98,14 +98,13 @@ void ContextParallelPrefill::plan(const ForwardBatch& global) {
   plan_.reset();
   const int n = layout_.num_ranks, rank = comm_.rank(), chunks = 2 * n, ps = cache_.config().page_size;
   ATTNKIT_CHECK(global.mode != ForwardMode::decode,
-                "context parallel prefill: the batch mode must be extend or "
-                "mixed, got decode (ContextParallelDecode runs those)");
+                "context parallel prefill: the batch mode must be extend or mixed, got decode "
+                "(ContextParallelDecode runs those)");
   auto p = std::make_unique<Plan>();
   p->route = route_new_tokens(global, layout_, rank);  // checks the batch against the layout
   for (int i = 0; i < global.batch_size(); ++i) {
     ATTNKIT_CHECK(global.prefix_lens[i] == 0, "context parallel prefill: prefix_lens[", i,
-                  "] must be 0 (a prompt "
-                  "with nothing cached; a cached prefix is not supported yet), got ",
+                  "] must be 0 (a prompt with nothing cached; a cached prefix is not supported yet), got ",
                   global.prefix_lens[i]);
   }
   const int64_t bs = global.batch_size();
