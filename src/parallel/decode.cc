@@ -13,6 +13,8 @@
 namespace attnkit {
 namespace {
 
+constexpr const char* kWho = "context parallel decode";
+
 // Row `row` of a [rows, ...] view: the same view one row long.
 TensorView row_of(const TensorView& t, int64_t row) {
   const int64_t row_elems = t.numel() / t.dim(0);
@@ -26,15 +28,6 @@ TensorView row_of(const TensorView& t, int64_t row) {
 template <typename Index>
 void gather_rows(const TensorView& dst, const TensorView& src, const std::vector<Index>& rows) {
   for (size_t i = 0; i < rows.size(); ++i) copy(row_of(dst, static_cast<int64_t>(i)), row_of(src, rows[i]));
-}
-
-void check_rows(const char* field, const TensorView& t, int64_t rows, int heads, int dim, DType dtype, Device device) {
-  ATTNKIT_CHECK(!t.empty() || rows == 0, "context parallel decode: ", field, " must not be empty");
-  ATTNKIT_CHECK(t.rank == 3 && t.dim(0) == rows && t.dim(1) == heads && t.dim(2) == dim,
-                "context parallel decode: ", field, " must be [", rows, ", ", heads, ", ", dim, "], got ",
-                t.describe());
-  ATTNKIT_CHECK(t.dtype == dtype && t.device == device, "context parallel decode: ", field, " must be ",
-                dtype_name(dtype), " on ", device_name(device), ", got ", t.describe());
 }
 
 }  // namespace
@@ -71,13 +64,13 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
   const AttentionSpec& spec = backend_.model().layer(layer);  // throws for a layer out of range
   const int64_t n = global_->batch_size();
   const Device device = backend_.caps().device;
-  check_rows("q", q, n, spec.num_qo_heads, spec.head_dim_qk, q.dtype, device);
-  check_rows("k", k, n, spec.num_kv_heads, spec.head_dim_qk, q.dtype, device);
+  parallel::check_rows(kWho, "q", q, n, spec.num_qo_heads, spec.head_dim_qk, q.dtype, device);
+  parallel::check_rows(kWho, "k", k, n, spec.num_kv_heads, spec.head_dim_qk, q.dtype, device);
   if (spec.is_mla()) {
     ATTNKIT_CHECK(v.empty(), "context parallel decode: MLA stores the latent as k; v must be empty, got ",
                   v.describe());
   } else {
-    check_rows("v", v, n, spec.num_kv_heads, spec.head_dim_vo, q.dtype, device);
+    parallel::check_rows(kWho, "v", v, n, spec.num_kv_heads, spec.head_dim_vo, q.dtype, device);
   }
   const int64_t heads = spec.num_qo_heads, dv = spec.head_dim_vo;
   const int64_t local = share_.batch.batch_size();
@@ -106,10 +99,7 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
   send_host_.assign(static_cast<size_t>(state_floats_), 0.0f);
   std::fill(send_host_.begin(), send_host_.begin() + n * heads, -std::numeric_limits<float>::infinity());
   if (local > 0) {
-    // The share's partial output in f32 where the backend takes f32 q (the widened q is exact), so
-    // that the only rounding to q's dtype is the merged output's; else in q's dtype.
-    const std::vector<DType>& dtypes = backend_.caps().q_dtypes;
-    const DType part_dtype = std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end() ? DType::f32 : q.dtype;
+    const DType part_dtype = parallel::partial_dtype(backend_.caps(), q.dtype);
     const int64_t q_row = heads * spec.head_dim_qk;
     std::vector<uint8_t> q_all(q.nbytes()), q_part(static_cast<size_t>(local * q_row) * dtype_size(part_dtype));
     copy(TensorView(q_all.data(), q.dtype, Device::cpu, {n, heads, spec.head_dim_qk}), q);
@@ -161,7 +151,7 @@ void ContextParallelDecode::merge(const TensorView& out) {
   ATTNKIT_CHECK(layer_ >= 0, "context parallel decode: attend must be called before merge");
   const AttentionSpec& spec = backend_.model().layer(layer_);
   const int64_t n = global_->batch_size(), heads = spec.num_qo_heads, dv = spec.head_dim_vo;
-  check_rows("out", out, n, spec.num_qo_heads, spec.head_dim_vo, q_dtype_, backend_.caps().device);
+  parallel::check_rows(kWho, "out", out, n, spec.num_qo_heads, spec.head_dim_vo, q_dtype_, backend_.caps().device);
   if (comm_.device() != Device::cpu) {
     synchronize(comm_.device());
     recv_.copy_to_host(recv_host_.data(), recv_host_.size() * sizeof(float));

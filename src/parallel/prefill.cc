@@ -17,6 +17,9 @@ int64_t zigzag_chunk_begin(int64_t len, int num_chunks, int chunk) {
 }
 
 namespace {
+
+constexpr const char* kWho = "context parallel prefill";
+
 // Rank r's two chunks, in the order its rows hold them.
 int my_chunk(int num_ranks, int rank, int k) { return k == 0 ? rank : 2 * num_ranks - 1 - rank; }
 // The rank holding chunk c, and which of its two chunks c is.
@@ -192,15 +195,6 @@ void ContextParallelPrefill::plan(const ForwardBatch& global) {
 }
 
 namespace {
-void check_rows(const char* field, const TensorView& t, int64_t rows, int heads, int dim, DType dtype, Device device) {
-  ATTNKIT_CHECK(t.rank == 3 && t.dim(0) == rows && t.dim(1) == heads && t.dim(2) == dim,
-                "context parallel prefill: ", field, " must be [", rows, ", ", heads, ", ", dim, "], got ",
-                t.describe());
-  ATTNKIT_CHECK(t.dtype == dtype && t.device == device && (rows == 0 || !t.empty()),
-                "context parallel prefill: ", field, " must be ", dtype_name(dtype), " on ", device_name(device),
-                ", got ", t.describe());
-}
-
 // A host copy of `t`'s bytes.
 std::vector<uint8_t> to_host(const TensorView& t) {
   std::vector<uint8_t> bytes(t.nbytes());
@@ -219,9 +213,9 @@ void ContextParallelPrefill::exchange(int layer, const TensorView& q, const Tens
   const AttentionSpec& spec = model_.layer(layer);
   const auto rows = static_cast<int64_t>(rows_.size());
   const Device device = cache_.config().device;
-  check_rows("q", q, rows, spec.num_qo_heads, spec.head_dim_qk, q.dtype, device);
-  check_rows("k", k, rows, spec.num_kv_heads, spec.head_dim_qk, q.dtype, device);
-  check_rows("v", v, rows, spec.num_kv_heads, spec.head_dim_vo, q.dtype, device);
+  parallel::check_rows(kWho, "q", q, rows, spec.num_qo_heads, spec.head_dim_qk, q.dtype, device);
+  parallel::check_rows(kWho, "k", k, rows, spec.num_kv_heads, spec.head_dim_qk, q.dtype, device);
+  parallel::check_rows(kWho, "v", v, rows, spec.num_kv_heads, spec.head_dim_vo, q.dtype, device);
   p.q_host = to_host(q);
   const std::vector<uint8_t> k_host = to_host(k), v_host = to_host(v);
   // This rank's part of the gather: K of every request's two chunks, each padded to cmax rows, then V.
@@ -266,7 +260,7 @@ void ContextParallelPrefill::attend(const TensorView& out) {
   const AttentionSpec& spec = model_.layer(p.layer);
   const auto rows = static_cast<int64_t>(rows_.size());
   const Device device = cache_.config().device;
-  check_rows("out", out, rows, spec.num_qo_heads, spec.head_dim_vo, p.q_dtype, device);
+  parallel::check_rows(kWho, "out", out, rows, spec.num_qo_heads, spec.head_dim_vo, p.q_dtype, device);
   if (comm_.device() != Device::cpu) {
     synchronize(comm_.device());
     p.recv_dev.copy_to_host(p.recv.data(), p.recv.size());
@@ -328,9 +322,8 @@ void ContextParallelPrefill::attend(const TensorView& out) {
   store(cache_, p.layer, own_tokens, p.route.slots);
   store(*p.scratch, 0, all_tokens, all_slots);
 
-  // Each pair's partial state, in f32 where the backend takes f32 q (the widened q is exact).
-  const std::vector<DType>& dtypes = p.causal->caps().q_dtypes;
-  const DType part_dtype = std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end() ? DType::f32 : p.q_dtype;
+  // Each pair's partial state (parallel::partial_dtype).
+  const DType part_dtype = parallel::partial_dtype(p.causal->caps(), p.q_dtype);
   const int64_t q_row = heads * dk;
   struct Partial {
     std::vector<float> o, lse;
