@@ -42,6 +42,9 @@ def rule_for(rel):
         own = 'backends/%s/' % parts[2]
         return ('backend %s (src/%s)' % (parts[2], own), ['attnkit/', 'core/', 'cuda/', own, HWY], (),
                 'a backend includes no other backend')
+    if layer == 'parallel':
+        return ('context parallelism (src/parallel)', ['attnkit/', 'core/', 'parallel/'], (),
+                'context parallelism runs backends through the public interface and reaches no backend')
     if layer == 'harness':
         return ('the harness (src/harness)', ['attnkit/', 'cuda/', 'harness/', HWY], HARNESS_EXCEPTIONS,
                 'the harness reaches backends by name, except the cpu pool its ceiling probes run on')

@@ -3,7 +3,9 @@
 
 #include "attnkit/backend.h"
 #include "attnkit/batch.h"
+#include "attnkit/communicator.h"
 #include "attnkit/compare.h"
+#include "attnkit/context_parallel.h"
 #include "attnkit/cpu_target.h"
 #include "attnkit/dtype.h"
 #include "attnkit/error.h"

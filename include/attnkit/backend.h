@@ -106,6 +106,8 @@ class AttentionBackend {
   // v [num_tokens, num_kv_heads, head_dim_vo] (MLA: k is the latent [num_tokens, 1, rank + rope],
   // v is empty), out [num_tokens, num_qo_heads, head_dim_vo]; all on the backend's device.
   // Stores k, v at the batch's out_cache_loc, then attends each new token to prefix + new tokens.
+  // k and v both empty (MLA: k empty): the new tokens' K/V are in the cache already and nothing is
+  // stored (context parallelism stores each on the rank that owns its position, attnkit/context_parallel.h).
   // Where caps().lse, `lse` [num_tokens, num_qo_heads] f32 on the backend's device (empty: not
   // wanted) also gets each output row's natural-log LSE (-inf for a row that sees no key; sinks
   // excluded), for merging with other partial states (attnkit/merge.h).
@@ -135,6 +137,11 @@ class AttentionBackend {
  protected:
   // The batch's out_cache_loc as a host tensor (for CPU backends' cache stores).
   TensorView host_out_cache_loc() const;
+  // Every backend's cache store of the new tokens' K/V: KvCache::store, or nothing where the caller
+  // passed k and v empty (stored already).
+  void store_new_kv(int layer, const TensorView& k, const TensorView& v, const TensorView& out_cache_loc) const {
+    if (!k.empty()) cache().store(layer, k, v, out_cache_loc);
+  }
   // The current forward call's lse output (validated); empty when the caller did not ask for it.
   const TensorView& lse_output() const { return lse_output_; }
   // Called after validation; the batch is the one given to init_forward_metadata.

@@ -74,11 +74,14 @@ void AttentionBackend::validate_forward(const char* entry, int layer, const Tens
                   device_name(t.device));
   };
   check("q", q, spec.num_qo_heads, spec.head_dim_qk);
-  check("k", k, spec.num_kv_heads, spec.head_dim_qk);
   if (spec.is_mla()) {
     ATTNKIT_CHECK(v.empty(), who, ": MLA stores the latent as k; v must be empty, got ", v.describe());
-  } else {
-    check("v", v, spec.num_kv_heads, spec.head_dim_vo);
+  }
+  // k and v both empty: the new tokens' K/V are in the cache already (backend.h).
+  const bool stored = k.empty() && v.empty();
+  if (!stored) {
+    check("k", k, spec.num_kv_heads, spec.head_dim_qk);
+    if (!spec.is_mla()) check("v", v, spec.num_kv_heads, spec.head_dim_vo);
   }
   check("out", out, spec.num_qo_heads, spec.head_dim_vo);
   if (!lse.empty()) {

@@ -50,13 +50,6 @@ KvCacheConfig cache_config(const CheckCase& c, Device device) {
   return cfg;
 }
 
-Staged widen(const Staged& src) {
-  const TensorView h = src.host();
-  Staged out(Device::cpu, DType::f32, {h.dim(0), h.dim(1), h.dim(2)});
-  for (int64_t e = 0; e < h.numel(); ++e) static_cast<float*>(out.host_data())[e] = load_as_float(h.data, h.dtype, e);
-  return out;
-}
-
 }  // namespace
 
 void fill_prefix(KvCache& cache, const ForwardBatch& batch, const AttentionSpec& spec, uint64_t seed) {
@@ -149,7 +142,7 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
     dut->synchronize();
     out.download();
     // The reference reads exact f32 copies of the rounded inputs and writes f32: no rounding of its own.
-    const Staged q32 = widen(q), k32 = widen(k), v32 = widen(v);
+    const Staged q32 = widen_to_f32(q), k32 = widen_to_f32(k), v32 = widen_to_f32(v);
     ref->forward(layer, q32.host(), k32.host(), s.is_mla() ? no_v : v32.host(), ref_out.host());
 
     // Every element, as written: a NaN (the poison) or an error over the bound fails.

@@ -46,6 +46,13 @@ void Staged::poison() {
   if (device_ == Device::cuda) device_buffer_.fill_bytes(0xFF);
 }
 
+Staged widen_to_f32(const Staged& src) {
+  const TensorView h = src.host();
+  Staged out(Device::cpu, DType::f32, {h.dim(0), h.dim(1), h.dim(2)});
+  for (int64_t e = 0; e < h.numel(); ++e) static_cast<float*>(out.host_data())[e] = load_as_float(h.data, h.dtype, e);
+  return out;
+}
+
 void fill_uniform(const TensorView& host, uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);

@@ -30,6 +30,9 @@ class Staged {
   Buffer device_buffer_;
 };
 
+// An exact f32 host copy of the host values of a three-dimensional `src` (what the reference reads).
+Staged widen_to_f32(const Staged& src);
+
 // Fills `host` (any value dtype) with values drawn uniformly from [lo, hi), rounded to its dtype.
 void fill_uniform(const TensorView& host, uint64_t seed, float lo, float hi);
 

@@ -86,6 +86,7 @@ cpu::AttendParams CpuBackend::params(int layer, const cpu::Plan& plan, const Ten
   p.q_dtype = q.dtype;
   p.out = out.data;
   p.out_dtype = out.dtype;
+  p.lse = lse_output().empty() ? nullptr : lse_output().as<float>();
   p.k_pool = cache().k_pool(layer);
   p.v_pool = p.mla ? p.k_pool : cache().v_pool(layer);
   p.k_slot_stride = int64_t{c.num_kv_heads} * c.head_dim_k;
@@ -110,7 +111,7 @@ cpu::AttendParams CpuBackend::params(int layer, const cpu::Plan& plan, const Ten
 
 void CpuBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                             const TensorView& out) {
-  cache().store(layer, k, v, host_out_cache_loc());
+  store_new_kv(layer, k, v, host_out_cache_loc());
   const cpu::Plan& plan = layer_plan(layer);
   const cpu::AttendParams p = params(layer, plan, q, out);
   const int dv = p.head_dim_vo;

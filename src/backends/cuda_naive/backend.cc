@@ -116,7 +116,7 @@ void CudaNaiveBackend::run_extend(int layer, const TensorView& q, const TensorVi
                                   const TensorView& out) {
   const ForwardBatch& b = batch();
   const int64_t num_tokens = b.num_tokens();
-  cache().store(layer, k, v, TensorView(out_cache_loc_.data(), DType::i64, Device::cuda, {num_tokens}));
+  store_new_kv(layer, k, v, TensorView(out_cache_loc_.data(), DType::i64, Device::cuda, {num_tokens}));
 
   const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
   cuda_naive::BatchParams p;

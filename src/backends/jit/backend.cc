@@ -85,7 +85,7 @@ void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   const jit::CompiledKernel& kernel = this->kernel(layer, q.dtype);
   const ForwardBatch& b = batch();
   auto* base = static_cast<unsigned char*>(arena_.data());
-  cache().store(layer, k, v, TensorView(base, DType::i64, Device::cuda, {b.num_tokens()}));
+  store_new_kv(layer, k, v, TensorView(base, DType::i64, Device::cuda, {b.num_tokens()}));
   if (b.num_tokens() == 0) return;
   const void* q_ptr = q.data;
   void* out_ptr = out.data;

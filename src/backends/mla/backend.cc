@@ -119,7 +119,7 @@ void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   const Arena& arena = on_graph_ ? graph_ : dynamic_;
   const Layout& l = arena.layout;
   auto* base = static_cast<unsigned char*>(arena.plan.data());
-  cache().store(layer, k, v, TensorView(base + l.loc, DType::i64, Device::cuda, {b.num_tokens()}));
+  store_new_kv(layer, k, v, TensorView(base + l.loc, DType::i64, Device::cuda, {b.num_tokens()}));
   mla::AttendParams p;
   static_cast<LayerParams&>(p) = layer_params(layer);
   p.q = q.data;

@@ -123,8 +123,9 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   int64_t* out_cache_loc = arena.device<int64_t>(arena.layout().out_cache_loc);
   // A decode-only batch whose K/V need no conversion is stored by the decode kernel itself (the
   // chunk that owns each request's new key writes it): one launch a layer instead of two.
-  const bool store_in_decode = !prefill && (num_items > 0 || graph) && k.dtype == c.dtype && v.dtype == c.dtype &&
-                               c.dtype != DType::e4m3 && b.num_tokens() > 0;
+  // (k empty: the caller stored the K/V already.)
+  const bool store_in_decode = !prefill && (num_items > 0 || graph) && !k.empty() && k.dtype == c.dtype &&
+                               v.dtype == c.dtype && c.dtype != DType::e4m3 && b.num_tokens() > 0;
   // Both kernels' params are checked before the cache is written.
   planned::PrefillParams pre;
   if (prefill) {
@@ -132,7 +133,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
     check_extend(pre);
   }
   if (!store_in_decode) {
-    cache().store(layer, k, v, TensorView(out_cache_loc, DType::i64, Device::cuda, {b.num_tokens()}));
+    store_new_kv(layer, k, v, TensorView(out_cache_loc, DType::i64, Device::cuda, {b.num_tokens()}));
   }
   if (prefill) launch_extend(pre, stream());
   if (num_items == 0 && !graph) return;

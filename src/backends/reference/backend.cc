@@ -8,7 +8,7 @@ namespace attnkit {
 
 void ReferenceBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                                   const TensorView& out) {
-  cache().store(layer, k, v, host_out_cache_loc());
+  store_new_kv(layer, k, v, host_out_cache_loc());
   const AttentionSpec& spec = model().layer(layer);
   lse_.assign(static_cast<size_t>(batch().num_tokens()) * spec.num_qo_heads, 0.0f);
   reference::AttentionParams p;

@@ -43,6 +43,11 @@ void store_row(const AttendParams& p, int64_t token, int head, const float* o, f
   }
 }
 
+// The row's natural-log LSE, sinks left out, where the caller asked for it (-inf: no key seen).
+inline void store_lse(const AttendParams& p, int64_t token, int head, float lse) {
+  if (p.lse != nullptr) p.lse[token * p.num_qo_heads + head] = lse;
+}
+
 // The sink's share of the denominator, exp(sink - m), for a row whose max logit is m.
 inline float sink_term(const AttendParams& p, int head, float m) {
   if (p.sinks == nullptr || m == kNegInf) return 0.0f;
@@ -58,6 +63,7 @@ void write_rows(const AttendParams& p, const UnitWork& u, const UnitState& s) {
     // A fully masked row has nothing to average: zeros, never 0/0.
     const float scale = total > 0.0f ? p.v_scale / total : 0.0f;
     store_row(p, u.token(p, r), head, s.o + r * s.o_stride, scale);
+    store_lse(p, u.token(p, r), head, s.l[r] > 0.0f ? s.m[r] + std::log(s.l[r]) : kNegInf);
   }
 }
 
@@ -94,6 +100,7 @@ void merge_partials(const AttendParams& p, const UnitWork& u, int num_parts, int
     const int head = u.head(r);
     const float scale = 1.0f / (1.0f + sink_term(p, head, merged_lse[r]));
     store_row(p, u.token(p, r), head, merged_o + int64_t{r} * dv, scale);
+    store_lse(p, u.token(p, r), head, merged_lse[r]);
   }
 }
 

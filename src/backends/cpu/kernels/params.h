@@ -21,6 +21,7 @@ struct AttendParams : LayerParams {
   DType q_dtype = DType::f32;
   void* out = nullptr;             // [num_tokens, num_qo_heads, head_dim_vo] of out_dtype, never null
   DType out_dtype = DType::f32;
+  float* lse = nullptr;            // [num_tokens, num_qo_heads] f32 natural-log LSE (sinks left out), or null
   const void* k_pool = nullptr;    // [num_slots, num_kv_heads, head_dim_qk] of kv_dtype (MLA: the latent)
   const void* v_pool = nullptr;    // [num_slots, num_kv_heads, head_dim_vo]; MLA: == k_pool, V is the
                                    // first head_dim_vo entries of each latent slot

@@ -1,0 +1,151 @@
+// CpWorld: N ranks' caches and backends in one process, and the reference over the whole history.
+#include "cp_testing.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "harness/device_copy.h"
+
+namespace attnkit::cp_testing {
+
+using harness::fill_uniform;
+using harness::Staged;
+
+namespace {
+Staged random_bf16(std::vector<int64_t> shape, uint64_t seed, float lo, float hi) {
+  Staged s(Device::cpu, DType::bf16, std::move(shape));
+  fill_uniform(s.host(), seed, lo, hi);
+  return s;
+}
+}  // namespace
+
+LayerInputs::LayerInputs(const AttentionSpec& spec, int64_t rows, uint64_t seed)
+    : q(random_bf16({rows, spec.num_qo_heads, spec.head_dim_qk}, seed + 0, -2.0f, 2.0f)),
+      k(random_bf16({rows, spec.num_kv_heads, spec.head_dim_qk}, seed + 1, -1.0f, 1.0f)),
+      v(random_bf16({rows, spec.num_kv_heads, spec.head_dim_vo}, seed + 2, -1.0f, 1.0f)),
+      q32(harness::widen_to_f32(q)),
+      k32(harness::widen_to_f32(k)),
+      v32(harness::widen_to_f32(v)) {}
+
+CpWorld::CpWorld(const CpCase& cc) : c(cc) {
+  model.name = "cp";
+  model.layers.assign(static_cast<size_t>(c.num_layers), c.spec);
+  int64_t total_pages = 2;
+  std::vector<RequestStep> steps;
+  for (int64_t len : c.kv_lens) {
+    total_pages += (len + c.page_size - 1) / c.page_size;
+    steps.push_back({.id = -1, .prefix_len = len - 1, .num_new_tokens = 1, .custom_mask = {}});
+  }
+  KvCacheConfig cfg = KvCacheConfig::for_spec(c.spec, c.num_layers);
+  cfg.page_size = c.page_size;
+  cfg.dtype = DType::bf16;
+  cfg.num_pages = static_cast<int>(total_pages);  // a rank could hold every page
+  layout = {
+      .kind = c.kind, .num_ranks = c.num_ranks, .pages_per_run = c.pages_per_run, .rank_num_pages = cfg.num_pages};
+  std::vector<PageAllocator*> allocators;
+  for (int r = 0; r < c.num_ranks; ++r) {
+    caches.push_back(std::make_unique<KvCache>(cfg));
+    caches.back()->allocator().shuffle(c.seed * 31 + static_cast<uint64_t>(r));  // page tables out of order
+    allocators.push_back(&caches.back()->allocator());
+  }
+  tables = std::make_unique<ShardedPageTables>(allocators, layout, c.page_size);
+  global = tables->build_batch(steps);
+  ref_cache = std::make_unique<KvCache>(cfg);
+  ref_batch = build_batch(*ref_cache, steps);
+
+  // The history (every token before the new ones) into the reference's cache and, each token on
+  // the rank of its page, into the ranks' caches: the same f32 values, rounded to bf16 by the store.
+  std::vector<int64_t> ref_slots;
+  std::vector<std::vector<int64_t>> rank_rows(static_cast<size_t>(c.num_ranks)), rank_slots(rank_rows.size());
+  for (int i = 0; i < global.batch_size(); ++i) {
+    for (int64_t t = 0; t < global.prefix_lens[i]; ++t) {
+      const int64_t row = static_cast<int64_t>(ref_slots.size());
+      ref_slots.push_back(ref_batch.slot(i, t));
+      const int32_t page = global.kv_page_indices[global.kv_page_indptr[i] + t / c.page_size];
+      const auto r = static_cast<size_t>(layout.rank_of_page(page));
+      rank_rows[r].push_back(row);
+      rank_slots[r].push_back(int64_t{layout.local_page(page)} * c.page_size + t % c.page_size);
+    }
+  }
+  const auto num_rows = static_cast<int64_t>(ref_slots.size());
+  const int kv_heads = c.spec.num_kv_heads, dk = c.spec.head_dim_qk, dv = c.spec.head_dim_vo;
+  for (int layer = 0; layer < c.num_layers && num_rows > 0; ++layer) {
+    std::vector<float> k(static_cast<size_t>(num_rows * kv_heads * dk)),
+        v(static_cast<size_t>(num_rows * kv_heads * dv));
+    fill_uniform(TensorView(k.data(), DType::f32, Device::cpu, {static_cast<int64_t>(k.size())}),
+                 c.seed * 7 + layer * 2, -1, 1);
+    fill_uniform(TensorView(v.data(), DType::f32, Device::cpu, {static_cast<int64_t>(v.size())}),
+                 c.seed * 7 + layer * 2 + 1, -1, 1);
+    ref_cache->store(layer, TensorView(k.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dk}),
+                     TensorView(v.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dv}),
+                     TensorView(ref_slots.data(), DType::i64, Device::cpu, {num_rows}));
+    for (size_t r = 0; r < rank_rows.size(); ++r) {
+      const auto n = static_cast<int64_t>(rank_rows[r].size());
+      if (n == 0) continue;
+      std::vector<float> kr, vr;
+      for (int64_t row : rank_rows[r]) {
+        kr.insert(kr.end(), k.begin() + row * kv_heads * dk, k.begin() + (row + 1) * kv_heads * dk);
+        vr.insert(vr.end(), v.begin() + row * kv_heads * dv, v.begin() + (row + 1) * kv_heads * dv);
+      }
+      caches[r]->store(layer, TensorView(kr.data(), DType::f32, Device::cpu, {n, kv_heads, dk}),
+                       TensorView(vr.data(), DType::f32, Device::cpu, {n, kv_heads, dv}),
+                       TensorView(rank_slots[r].data(), DType::i64, Device::cpu, {n}));
+    }
+  }
+
+  group = std::make_unique<InProcessGroup>(c.num_ranks);
+  for (int r = 0; r < c.num_ranks; ++r) {
+    backends.push_back(create_backend(c.backend, {&model, caches[static_cast<size_t>(r)].get()}));
+    ranks.push_back(std::make_unique<ContextParallelDecode>(group->rank(r), *backends.back(), layout));
+    ranks.back()->plan(global);
+  }
+  ref = create_backend("reference", {&model, ref_cache.get()});
+  ref->init_forward_metadata(ref_batch);
+}
+
+CpWorld::Step CpWorld::step() {
+  Step s;
+  const int64_t n = global.batch_size();
+  const AttentionSpec& sp = c.spec;
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const LayerInputs in(sp, n, c.seed * 1000003 + static_cast<uint64_t>(layer) * 4);
+    Staged ref_out(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_vo});
+    ref_out.poison();
+    ref->forward(layer, in.q32.host(), in.k32.host(), in.v32.host(), ref_out.host());
+
+    for (auto& rank : ranks) rank->attend(layer, in.q.host(), in.k.host(), in.v.host());
+    std::vector<Staged> outs;
+    for (int r = 0; r < c.num_ranks; ++r) {
+      outs.emplace_back(Device::cpu, DType::bf16, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
+      outs.back().poison();
+      ranks[static_cast<size_t>(r)]->merge(outs.back().host());
+    }
+    const Comparison cmp = compare(outs[0].host(), ref_out.host());
+    if (cmp.rel_err >= s.rel_err) {
+      s.rel_err = cmp.rel_err;
+      std::ostringstream os;
+      os << "layer " << layer << " flat element " << cmp.worst << ": got " << cmp.got << ", reference " << cmp.want;
+      s.message = os.str();
+    }
+    const auto* rank0 = static_cast<const uint8_t*>(outs[0].host().data);
+    s.outputs.emplace_back(rank0, rank0 + outs[0].host().nbytes());
+    for (const Staged& o : outs)
+      s.ranks_agree = s.ranks_agree && std::memcmp(o.host().data, rank0, o.host().nbytes()) == 0;
+  }
+  return s;
+}
+
+std::vector<uint8_t> CpWorld::cache_bytes() const {
+  std::vector<uint8_t> bytes;
+  for (const auto& cache : caches) {
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      for (const TensorView& pool : {cache->k_pool_view(layer), cache->v_pool_view(layer)}) {
+        const auto* p = static_cast<const uint8_t*>(pool.data);
+        bytes.insert(bytes.end(), p, p + pool.nbytes());
+      }
+    }
+  }
+  return bytes;
+}
+
+}  // namespace attnkit::cp_testing

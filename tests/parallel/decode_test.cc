@@ -1,0 +1,186 @@
+// ContextParallelDecode on the CPU backends against `reference` over the unsharded history: 2, 3
+// and 8 ranks, both share layouts, lengths that the ranks do not divide, empty shares, GQA
+// (llama3-8b's heads and small ones), a bf16 cache; bit-identical on every rank and run to run.
+//
+// The bound is default_tolerance(bf16, bf16), the one the backends' own tests use (4 units of
+// bf16 roundoff of max|reference|): every rank reads the same rounded q and cache bytes as the
+// reference, computes its share's partial state in f32 (the CPU backends take the widened q), the
+// merge is in f32 (a convex combination of the partials: f32 rounding, no growth), and the only
+// bf16 rounding is the merged output's, one unit at most.
+#include <gtest/gtest.h>
+
+#include "cp_testing.h"
+#include "param_name.h"
+
+namespace attnkit {
+namespace {
+
+using cp_testing::CpCase;
+using cp_testing::CpWorld;
+
+void expect_matches_reference(const CpCase& c) {
+  CpWorld world(c);
+  const CpWorld::Step s = world.step();
+  const double tolerance = default_tolerance(DType::bf16, DType::bf16);
+  EXPECT_LE(s.rel_err, tolerance) << c.label << ": " << s.message;
+  EXPECT_TRUE(s.ranks_agree) << c.label << ": the ranks' merged outputs differ";
+}
+
+CpCase small_case(const std::string& backend, int num_ranks, ShareKind kind) {
+  CpCase c;
+  c.backend = backend;
+  c.spec = AttentionSpec::dense(8, 2, 16);  // GQA 4
+  c.num_ranks = num_ranks;
+  c.kind = kind;
+  c.page_size = 4;
+  // Length 1 and 6 leave most ranks an empty share; 23 and 41 are no multiple of any rank count or
+  // of the page size.
+  c.kv_lens = {1, 23, 6, 41};
+  c.label = backend + " " + std::to_string(num_ranks) + " ranks " +
+            (kind == ShareKind::contiguous ? "contiguous" : "interleaved");
+  return c;
+}
+
+class SmallCases : public ::testing::TestWithParam<std::tuple<std::string, int, ShareKind>> {};
+
+TEST_P(SmallCases, MatchesReference) {
+  const auto& [backend, num_ranks, kind] = GetParam();
+  expect_matches_reference(small_case(backend, num_ranks, kind));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    CpuBackends, SmallCases,
+    ::testing::Combine(::testing::Values("reference", "cpu"), ::testing::Values(2, 3, 8),
+                       ::testing::Values(ShareKind::contiguous, ShareKind::interleaved)),
+    [](const auto& info) {
+      return attnkit::testing::param_name(
+          small_case(std::get<0>(info.param), std::get<1>(info.param), std::get<2>(info.param)).label);
+    });
+
+TEST(ContextParallelDecode, Llama3HeadsOnTheCpuBackend) {
+  for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
+    CpCase c;
+    c.spec = AttentionSpec::dense(32, 8, 128);
+    c.num_ranks = 3;
+    c.kind = kind;
+    c.pages_per_run = 3;
+    c.page_size = 16;
+    c.kv_lens = {301, 17};
+    c.num_layers = 1;
+    c.label = kind == ShareKind::contiguous ? "llama3 heads contiguous" : "llama3 heads interleaved";
+    expect_matches_reference(c);
+  }
+}
+
+TEST(ContextParallelDecode, PageSizeOneAndMqa) {
+  CpCase c = small_case("cpu", 3, ShareKind::contiguous);
+  c.spec = AttentionSpec::dense(4, 1, 32);
+  c.page_size = 1;
+  c.pages_per_run = 5;
+  c.kv_lens = {2, 16, 9};
+  c.label = "page 1 mqa";
+  expect_matches_reference(c);
+}
+
+TEST(ContextParallelDecode, RanksWithNothingAtAllGiveEmptyStates) {
+  // Every request fits in its first page: ranks 1..7 hold nothing, and plan no backend work.
+  CpCase c = small_case("cpu", 8, ShareKind::interleaved);
+  c.kv_lens = {3, 1, 4};
+  CpWorld world(c);
+  for (int r = 1; r < 8; ++r) EXPECT_EQ(world.ranks[static_cast<size_t>(r)]->share().batch.batch_size(), 0) << r;
+  EXPECT_EQ(world.ranks[0]->share().batch.batch_size(), 3);
+  const CpWorld::Step s = world.step();
+  EXPECT_LE(s.rel_err, default_tolerance(DType::bf16, DType::bf16)) << s.message;
+  EXPECT_TRUE(s.ranks_agree);
+}
+
+TEST(ContextParallelDecode, SameBitsRunToRunWithOneLayout) {
+  const CpCase c = small_case("cpu", 3, ShareKind::interleaved);
+  const CpWorld::Step a = CpWorld(c).step();
+  const CpWorld::Step b = CpWorld(c).step();
+  EXPECT_EQ(a.outputs, b.outputs);
+}
+
+TEST(ContextParallelDecode, StoresEachNewTokenOnItsRankOnly) {
+  CpCase c = small_case("cpu", 3, ShareKind::interleaved);
+  CpWorld world(c);
+  const std::vector<uint8_t> before = world.cache_bytes();
+  world.step();
+  // The new token of request i sits at position kv_len - 1, on page (kv_len - 1) / 4.
+  int stored = 0;
+  for (int r = 0; r < 3; ++r) {
+    const LocalShare& share = world.ranks[static_cast<size_t>(r)]->share();
+    for (int32_t t : share.store.token_idx) {
+      EXPECT_EQ(world.layout.owner((c.kv_lens[static_cast<size_t>(t)] - 1) / c.page_size), r) << t;
+      ++stored;
+    }
+  }
+  EXPECT_EQ(stored, 4);
+  EXPECT_NE(world.cache_bytes(), before);
+}
+
+TEST(ContextParallelDecode, BadQueryShapeLeavesTheCachesUntouched) {
+  CpWorld world(small_case("cpu", 2, ShareKind::contiguous));
+  const std::vector<uint8_t> before = world.cache_bytes();
+  std::vector<uint16_t> q(3 * 8 * 16), k(4 * 2 * 16), v(4 * 2 * 16);
+  const TensorView qv(q.data(), DType::bf16, Device::cpu, {3, 8, 16});
+  const TensorView kv(k.data(), DType::bf16, Device::cpu, {4, 2, 16});
+  const TensorView vv(v.data(), DType::bf16, Device::cpu, {4, 2, 16});
+  try {
+    world.ranks[0]->attend(0, qv, kv, vv);
+    FAIL() << "a q of 3 rows for a batch of 4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "context parallel decode: q must be [4, 8, 16], got [3, 8, 16] bf16 cpu");
+  }
+  EXPECT_EQ(world.cache_bytes(), before);
+}
+
+TEST(ContextParallelDecode, PageTableThatDoesNotMatchTheLayoutIsRefusedBeforeAnyWork) {
+  CpWorld world(small_case("cpu", 3, ShareKind::interleaved));
+  const std::vector<uint8_t> before = world.cache_bytes();
+  ForwardBatch bad = world.global;
+  // Request 1 (23 tokens) has pages 0..5; page 1 belongs to rank 1: hand it one of rank 2's.
+  const int p = bad.kv_page_indptr[1] + 1;
+  bad.kv_page_indices[static_cast<size_t>(p)] = world.layout.global_page(2, 0);
+  try {
+    world.ranks[0]->plan(bad);
+    FAIL() << "a page on the wrong rank was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "context parallel: kv_page_indices[" + std::to_string(p) + "] (request 1's page 1) is " +
+                                         std::to_string(world.layout.global_page(2, 0)) +
+                                         ", a page of rank 2, but the share layout puts that page on rank 1");
+  }
+  EXPECT_EQ(world.cache_bytes(), before);
+  try {
+    world.ranks[0]->attend(0, TensorView(), TensorView(), TensorView());
+    FAIL() << "attend after a failed plan";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "context parallel decode: plan must be called before attend");
+  }
+}
+
+TEST(ContextParallelDecode, RefusesWhatAShareCannotApply) {
+  CpWorld world(small_case("cpu", 2, ShareKind::contiguous));
+  ModelSpec windowed = world.model;
+  windowed.layers[1].window_left = 8;
+  auto backend = create_backend("cpu", {&windowed, world.caches[0].get()});
+  try {
+    ContextParallelDecode cp(world.group->rank(0), *backend, world.layout);
+    FAIL() << "a sliding window was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "context parallel decode: layer 1 has a sliding window (window_left >= 0), which a share "
+                 "of the history cannot apply");
+  }
+  InProcessGroup three(3);
+  try {
+    ContextParallelDecode cp(three.rank(0), *world.backends[0], world.layout);
+    FAIL() << "a group of 3 for a layout of 2 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "context parallel decode: the communicator has 3 ranks, expected the layout's num_ranks (2)");
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
