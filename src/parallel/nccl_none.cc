@@ -1,11 +1,11 @@
-// Without NCCL (a CPU build, or CMake found no nccl.h / libnccl): the NCCL entry points say so.
+// Without NCCL (a CPU build, or CMake found no nccl.h): the NCCL entry points say so.
 #include "attnkit/communicator.h"
 #include "attnkit/error.h"
 
 namespace attnkit {
 namespace {
 constexpr const char* kNoNccl =
-    "nccl: attnkit was built without NCCL (a CUDA build where CMake finds nccl.h and libnccl)";
+    "nccl: attnkit was built without NCCL (a CUDA build where CMake finds nccl.h)";
 }  // namespace
 
 bool nccl_available() { return false; }

@@ -1,5 +1,7 @@
 #include "backends/hopper/backend.h"
 
+#include <algorithm>
+
 #include "attnkit/registry.h"
 #include "cuda/memory.h"
 
@@ -15,6 +17,9 @@ int prefill_rows(const BackendContext& context) {
   ATTNKIT_CHECK(s.num_qo_heads % c.num_kv_heads == 0 && s.num_qo_heads / c.num_kv_heads <= hopper::Support::max_group,
                 "hopper: num_qo_heads (", s.num_qo_heads, ") must be a multiple of num_kv_heads (", c.num_kv_heads,
                 ") at most ", hopper::Support::max_group, " times it");
+  // A head dim the kernel lacks plans no extend tiles; the plan's validation refuses the batch.
+  const auto& dims = hopper::Support::head_dims;
+  if (std::find(dims.begin(), dims.end(), c.head_dim_k) == dims.end()) return 0;
   return hopper::tile_rows(hopper::extend_block_m(c.head_dim_k), s.num_qo_heads / c.num_kv_heads);
 }
 
