@@ -17,6 +17,9 @@ HWY = 'hwy/'
 # The one file outside its layer the harness may include: the CPU ceiling probes run on the `cpu`
 # backend's thread pool, as the backend's own kernels do.
 HARNESS_EXCEPTIONS = ('backends/cpu/thread_pool.h',)
+# Backends built on another backend's plan and kernels, and that one: `hopper` runs `planned`'s
+# plan and decode kernel with an extend kernel of its own.
+BACKEND_BASES = {'hopper': 'planned'}
 
 
 def rule_for(rel):
@@ -40,8 +43,10 @@ def rule_for(rel):
                 'the CUDA helpers implement core\'s device interface and serve the CUDA backends')
     if layer == 'backends' and len(parts) >= 4:
         own = 'backends/%s/' % parts[2]
-        return ('backend %s (src/%s)' % (parts[2], own), ['attnkit/', 'core/', 'cuda/', own, HWY], (),
-                'a backend includes no other backend')
+        base = BACKEND_BASES.get(parts[2])
+        allowed = ['attnkit/', 'core/', 'cuda/', own, HWY] + (['backends/%s/' % base] if base else [])
+        return ('backend %s (src/%s)' % (parts[2], own), allowed, (),
+                'a backend includes no other backend but the one it is built on (BACKEND_BASES)')
     if layer == 'parallel':
         return ('context parallelism (src/parallel)', ['attnkit/', 'core/', 'parallel/'], (),
                 'context parallelism runs backends through the public interface and reaches no backend')
