@@ -115,7 +115,8 @@ std::function<int()> add_list(CLI::App& app) {
                                : c.head_dims.empty() && c.max_head_dim > 0 ? "<=" + std::to_string(c.max_head_dim)
                                                                            : join_ints(c.head_dims, "any");
       rows.push_back({b.name, std::string(device_name(b.device)), why.empty() ? "yes" : "no (below)",
-                      join(dtype_names(c.q_dtypes), ","), join(dtype_names(c.kv_dtypes), ","), dims, pages,
+                      join(dtype_names(c.q_dtypes), ","),
+                      join(dtype_names(c.kv_dtypes), ",") + (c.kv_dtype_is_q_dtype ? " (q's)" : ""), dims, pages,
                       join(features(c), " ")});
       if (!why.empty()) notes.push_back(b.name + ": not available here: " + why);
       const int max_dim =
@@ -127,6 +128,7 @@ std::function<int()> add_list(CLI::App& app) {
                      {"why_unavailable", why},
                      {"q_dtypes", dtype_names(c.q_dtypes)},
                      {"kv_dtypes", dtype_names(c.kv_dtypes)},
+                     {"kv_dtype_is_q_dtype", c.kv_dtype_is_q_dtype},
                      {"head_dims", sizes_or_any(c.head_dims)},
                      {"max_head_dim", max_dim > 0 ? nlohmann::json(max_dim) : nlohmann::json("any")},
                      {"mla_dims", c.mla ? sizes_or_any(c.mla_dims) : nlohmann::json::array()},
