@@ -55,7 +55,7 @@ Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, con
   // TFLOP/s prefill against cuda-naive's 566 GB/s and 2.24 in docs/benchmarks.md): it is chosen
   // for what only it serves (user variants).
   // hopper after planned while its extend kernel is the slower of the two (H200, 8k tokens, page
-  // 16: 340 causal / 420 full TFLOP/s against planned's 409 / 428, docs/benchmarks.md); the two
+  // 16: 341 causal / 416 full TFLOP/s against planned's 406 / 425, docs/benchmarks.md); the two
   // share the decode kernel.
   static const char* const kCudaOrder[] = {"mla", "planned", "hopper", "cuda-naive", "jit"};
   static const char* const kCpuOrder[] = {"cpu", "reference"};
