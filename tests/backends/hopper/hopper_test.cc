@@ -8,6 +8,7 @@
 
 #include "attnkit/error.h"
 #include "backends/hopper/config.h"
+#include "backends/hopper/kernels/extend.h"
 #include "gpu_test.h"
 #include "harness/check.h"
 #include "param_name.h"
@@ -32,7 +33,9 @@ std::vector<harness::CheckCase> cases() {
   // Lengths that end mid-tile and mid-page, several tiles a request, more work than SMs.
   const std::vector<std::pair<int64_t, int64_t>> ragged = {{0, 300}, {0, 2}, {517, 129}, {64, 64}, {0, 1000}};
   for (int d : {64, 128, 256}) {
-    out.push_back(make_case("d" + std::to_string(d) + " gqa4 page16 ragged", 8, 2, d, 16, ragged));
+    std::string label = "d";  // appended, not "d" + ...: g++ 12 warns falsely (-Wrestrict) on that
+    label += std::to_string(d) + " gqa4 page16 ragged";
+    out.push_back(make_case(label, 8, 2, d, 16, ragged));
   }
   out.push_back(make_case("llama3-8b heads page64 chunked", 32, 8, 128, 64, {{1500, 700}, {0, 45}, {129, 1}}));
   out.push_back(make_case("mha page8", 4, 4, 128, 8, {{33, 200}, {0, 17}}));
@@ -101,6 +104,38 @@ TEST(HopperSupport, TilesHoldWholeTokens) {
   EXPECT_EQ(hopper::tile_rows(128, 4), 128);
   EXPECT_EQ(hopper::tile_rows(128, 7), 126);
   EXPECT_EQ(hopper::tile_rows(128, 128), 128);
+}
+
+// The launcher's own checks, before any CUDA call: what the capabilities cannot say.
+TEST(HopperExtendParams, RefusesWhatTheKernelLacks) {
+  hopper::ExtendParams p;
+  p.num_qo_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  p.page_size = 16;
+  p.sm_scale = 0.1f;
+  p.tile_rows = 128;
+  auto message = [&] {
+    try {
+      hopper::check_extend_params(p);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message(), "accepted");
+  p.tile_rows = 64;
+  EXPECT_EQ(message(), "hopper extend: the plan's tiles have 64 rows, the kernel's 128");
+  p.tile_rows = 128;
+  const uint8_t mask = 1;
+  p.custom_mask = &mask;
+  EXPECT_EQ(message(), "hopper extend: custom masks are not served (planned serves them)");
+  p.custom_mask = nullptr;
+  p.kv_dtype = DType::f16;
+  EXPECT_EQ(message(), "hopper extend: cache dtype must be q's (bf16), got f16");
+  p.kv_dtype = DType::bf16;
+  p.page_size = 4;
+  EXPECT_EQ(message(), "hopper extend: page_size must be 8, 16, 32, 64, 128 or 256, got 4");
 }
 
 }  // namespace
