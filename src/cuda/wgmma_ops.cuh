@@ -133,4 +133,30 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
   }
 }
 
+// S [64 x kN] = Q K^T of one warpgroup, issued and committed (not waited for): Q's 64 rows at
+// s_q, its 64-column blocks q_block_bytes apart; the K tile of kN rows at s_k, its column blocks
+// kN * 128 bytes apart; kD / 16 steps of 16 head-dim columns, 32 bytes into a block each.
+template <typename T, int kN, int kD>
+__device__ __forceinline__ void qk_ss(float (&s)[kN / 2], uint32_t s_q, uint32_t q_block_bytes, uint32_t s_k) {
+  fence();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint64_t desc_q = make_desc(s_q + (kk / 4) * q_block_bytes + (kk % 4) * 32, 16, 1024);
+    const uint64_t desc_k = make_desc(s_k + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
+    wgmma_ss<T, kN>(s, desc_q, desc_k, kk > 0);
+  }
+  commit();
+}
+
+// O [64 x kD] += P V of one warpgroup, issued and committed: P as kN / 16 A fragments, the V tile
+// of kN rows at s_v MN-major (16 rows = 2048 bytes a step, the next 64 columns kN * 128 bytes on).
+template <typename T, int kN, int kD>
+__device__ __forceinline__ void pv_rs(float (&o)[kD / 2], const uint32_t (&p)[kN / 16][4], uint32_t s_v) {
+  fence_regs(o);
+  fence();
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) wgmma_rs<T, kD>(o, p[kk], make_desc(s_v + kk * 16 * 128, kN * 128, 1024));
+  commit();
+}
+
 }  // namespace attnkit::cuda::wgmma

@@ -25,22 +25,33 @@ int prefill_rows(const BackendContext& context) {
 
 }  // namespace
 
-HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(context, prefill_rows(context)) {}
+HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(context, prefill_rows(context)) {
+  const KvCacheConfig& c = cache().config();
+  const hopper::KernelKey key{c.head_dim_k, c.dtype, c.dtype};
+  if (!hopper::why_unsupported(key, c.page_size, model().layer(0).num_qo_heads / c.num_kv_heads).empty()) return;
+  for (int l = 0; l < c.num_layers; ++l) {
+    pool_maps_.push_back({hopper::make_pool_map(cache().k_pool(l), c.dtype, c.head_dim_k, c.num_kv_heads, c.num_slots(),
+                                                c.page_size),
+                          hopper::make_pool_map(cache().v_pool(l), c.dtype, c.head_dim_k, c.num_kv_heads, c.num_slots(),
+                                                c.page_size)});
+  }
+}
 
 hopper::ExtendParams HopperBackend::extend_params(const planned::PrefillParams& p) const {
   hopper::ExtendParams e;
   static_cast<planned::PrefillParams&>(e) = p;
   e.tile_rows = plan_shape().prefill_rows;
   e.num_tokens = batch().num_tokens();
-  e.num_slots = int64_t{cache().config().num_pages} * cache().config().page_size;
   return e;
 }
 
 void HopperBackend::check_extend(const planned::PrefillParams& p) const { hopper::check_extend_params(extend_params(p)); }
 
-void HopperBackend::launch_extend(const planned::PrefillParams& p, cudaStream_t stream) {
+void HopperBackend::launch_extend(int layer, const planned::PrefillParams& p, cudaStream_t stream) {
   const hopper::ExtendParams e = extend_params(p);
-  hopper::launch_extend(e, hopper::make_extend_maps(e), stream);
+  // check_extend refused every call before the cache store where the maps were not made.
+  const PoolMaps& pools = pool_maps_.at(static_cast<size_t>(layer));
+  hopper::launch_extend(e, {hopper::make_q_map(e), pools.k, pools.v}, stream);
 }
 
 void register_hopper_backend(Registry& registry) {

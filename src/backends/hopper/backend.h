@@ -1,7 +1,7 @@
 // The `hopper` backend: `planned`'s plan (made once per batch, reused by every layer) and decode
 // kernel, with its own extend kernel: warp-specialised TMA + wgmma (kernels/kernel.cuh). The
 // extend work items are this kernel's tiles of 128 GQA-packed rows; the K/V pools' tensor maps
-// are made once per layer, the Q map once per call.
+// are made once per layer at construction (the pools do not move), the Q map once per call.
 #pragma once
 
 #include <vector>
@@ -20,10 +20,15 @@ class HopperBackend final : public PlannedBackend {
 
  protected:
   void check_extend(const planned::PrefillParams& p) const override;
-  void launch_extend(const planned::PrefillParams& p, cudaStream_t stream) override;
+  void launch_extend(int layer, const planned::PrefillParams& p, cudaStream_t stream) override;
 
  private:
   hopper::ExtendParams extend_params(const planned::PrefillParams& p) const;
+
+  struct PoolMaps {
+    cuda::TensorMap k, v;
+  };
+  std::vector<PoolMaps> pool_maps_;  // [num_layers]; empty where the cache is one the kernel refuses
 };
 
 }  // namespace attnkit

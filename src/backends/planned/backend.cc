@@ -106,7 +106,9 @@ void PlannedBackend::plan(const ForwardBatch& batch) { planner_.plan(batch, cach
 
 void PlannedBackend::check_extend(const planned::PrefillParams& p) const { planned::check_prefill_params(p); }
 
-void PlannedBackend::launch_extend(const planned::PrefillParams& p, cudaStream_t s) { planned::launch_prefill(p, s); }
+void PlannedBackend::launch_extend(int /*layer*/, const planned::PrefillParams& p, cudaStream_t s) {
+  planned::launch_prefill(p, s);
+}
 
 void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& out) {
@@ -135,7 +137,7 @@ void PlannedBackend::run_extend(int layer, const TensorView& q, const TensorView
   if (!store_in_decode) {
     store_new_kv(layer, k, v, TensorView(out_cache_loc, DType::i64, Device::cuda, {b.num_tokens()}));
   }
-  if (prefill) launch_extend(pre, stream());
+  if (prefill) launch_extend(layer, pre, stream());
   if (num_items == 0 && !graph) return;
   planned::DecodeParams dec = decode_params(layer, q, out);
   if (store_in_decode) {

@@ -44,7 +44,7 @@ class PlannedBackend : public AttentionBackend {
   // The extend kernel: its params checked (before the cache is written), then launched. A
   // backend that brings its own extend kernel replaces both.
   virtual void check_extend(const planned::PrefillParams& p) const;
-  virtual void launch_extend(const planned::PrefillParams& p, cudaStream_t stream);
+  virtual void launch_extend(int layer, const planned::PrefillParams& p, cudaStream_t stream);
 
   void plan(const ForwardBatch& batch) override;
   bool plan_checks_page_indices() const override { return true; }  // PageTableSlots::write checks them

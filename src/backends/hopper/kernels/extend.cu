@@ -58,21 +58,21 @@ int extend_block_m(int head_dim) {
   return rows;
 }
 
-ExtendMaps make_extend_maps(const ExtendParams& p) {
+cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,
+                              int page_size) {
+  int block_n = 0;
+  with_config(head_dim, dtype, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
+  const int64_t row = int64_t{head_dim} * 2;
+  return cuda::make_tensor_map("hopper kv pool", dtype, pool, {head_dim, num_kv_heads, num_slots},
+                               {row, row * num_kv_heads}, {64, 1, page_size < block_n ? page_size : block_n});
+}
+
+cuda::TensorMap make_q_map(const ExtendParams& p) {
   const int d = p.head_dim_qk;
   const int group = p.num_qo_heads / p.num_kv_heads;
-  int block_n = 0;
-  with_config(d, p.q_dtype, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
-  const int kv_rows = p.page_size < block_n ? p.page_size : block_n;
   const int64_t row = int64_t{d} * 2;
-  ExtendMaps m;
-  m.q = cuda::make_tensor_map("hopper q", p.q_dtype, p.q, {d, group, p.num_kv_heads, p.num_tokens},
-                              {row, row * group, row * p.num_qo_heads}, {64, group, 1, p.tile_rows / group});
-  m.k = cuda::make_tensor_map("hopper k pool", p.kv_dtype, p.k_pool, {d, p.num_kv_heads, p.num_slots},
-                              {row, row * p.num_kv_heads}, {64, 1, kv_rows});
-  m.v = cuda::make_tensor_map("hopper v pool", p.kv_dtype, p.v_pool, {d, p.num_kv_heads, p.num_slots},
-                              {row, row * p.num_kv_heads}, {64, 1, kv_rows});
-  return m;
+  return cuda::make_tensor_map("hopper q", p.q_dtype, p.q, {d, group, p.num_kv_heads, p.num_tokens},
+                               {row, row * group, row * p.num_qo_heads}, {64, group, 1, p.tile_rows / group});
 }
 
 void check_extend_params(const ExtendParams& p) {

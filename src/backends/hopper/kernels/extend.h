@@ -14,7 +14,6 @@ namespace attnkit::hopper {
 struct ExtendParams : planned::PrefillParams {
   int tile_rows = 0;   // GQA-packed rows of a work item: tile_rows(kBlockM, group) (config.h)
   int num_tokens = 0;  // q's first dimension
-  int64_t num_slots = 0;  // the pools' first dimension (num_pages * page_size)
 };
 
 // Q [num_tokens, num_qo_heads, D] as 4-D (D, group, kv_heads, tokens): one box is the tile's
@@ -27,7 +26,11 @@ struct ExtendMaps {
 
 // The q tile of this head dim (the planner's rows: tile_rows(block_m, group)).
 int extend_block_m(int head_dim);
-ExtendMaps make_extend_maps(const ExtendParams& p);
+// One layer's K or V pool [num_slots, num_kv_heads, head_dim] in `dtype`: made once, the pools
+// do not move. Q's map is made for each call (q_map), q being another tensor every time.
+cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,
+                              int page_size);
+cuda::TensorMap make_q_map(const ExtendParams& p);
 // Throws attnkit::Error naming the first unsupported field. Then enqueues the kernel on `stream`
 // over at most one CTA an SM (persistent); nothing to do when num_work_items is 0.
 void check_extend_params(const ExtendParams& p);

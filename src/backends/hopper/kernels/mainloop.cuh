@@ -32,32 +32,12 @@ struct Consumer {
   __device__ __forceinline__ int first_row() const { return index * 64 + warp * 16 + lane / 4; }
 
   __device__ __forceinline__ void issue_qk(const SmemAddrs& sm, int stage) {
-    namespace wg = ::attnkit::cuda::wgmma;
-    const uint32_t s_q = sm.q + index * 64 * 128;
-    const uint32_t s_k = sm.k + stage * C::kTileBytes;
-    wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      // Column block kk / 4 (rows x 128 bytes), then 32 bytes (16 elements) into it.
-      const uint64_t desc_q = wg::make_desc(s_q + (kk / 4) * C::kBlockM * 128 + (kk % 4) * 32, 16, 1024);
-      const uint64_t desc_k = wg::make_desc(s_k + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
-      wg::wgmma_ss<T, kN>(s, desc_q, desc_k, kk > 0);
-    }
-    wg::commit();
+    ::attnkit::cuda::wgmma::qk_ss<T, kN, kD>(s, sm.q + index * 64 * 128, C::kBlockM * 128, sm.k + stage * C::kTileBytes);
   }
 
   __device__ __forceinline__ void issue_pv(const SmemAddrs& sm, int stage) {
-    namespace wg = ::attnkit::cuda::wgmma;
-    const uint32_t s_v = sm.v + stage * C::kTileBytes;
-    wg::fence_regs(o);
-    wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      // V is MN-major: 16 tokens (2048 bytes) a step; the next 64 head-dim columns one block on.
-      wg::wgmma_rs<T, kD>(o, pa[kk], wg::make_desc(s_v + kk * 16 * 128, kN * 128, 1024));
-    }
-    wg::commit();
-    wg::fence_regs(pa);
+    ::attnkit::cuda::wgmma::pv_rs<T, kN, kD>(o, pa, sm.v + stage * C::kTileBytes);
+    ::attnkit::cuda::wgmma::fence_regs(pa);  // P stays live until the product is waited for
   }
 
   // Tokens of a V tile past the history (stale page slots, or rows no box filled) are zeroed

@@ -71,7 +71,7 @@ __device__ __forceinline__ void issue_tile(const void* map, const AttendParams& 
     const uint32_t bar = bars + 8 * cb;
     const int pos = n0 + b * box_rows;
     const int slot = pages[pos / p.page_size] * p.page_size + pos % p.page_size;
-    hopper::tma_load_2d(s_stage + cb * kBlockBytes + b * box_rows * 128, map, cb * 64, slot, bar);
+    hopper::load_2d(s_stage + cb * kBlockBytes + b * box_rows * 128, map, cb * 64, slot, bar);
   }
 }
 

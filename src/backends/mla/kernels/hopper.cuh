@@ -16,9 +16,7 @@ using ::attnkit::cuda::tma::mbar_expect_tx;
 using ::attnkit::cuda::tma::mbar_init;
 using ::attnkit::cuda::tma::mbar_wait;
 using ::attnkit::cuda::tma::smem_addr;
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
-  ::attnkit::cuda::tma::load_2d(dst, map, c0, c1, bar);
-}
+using ::attnkit::cuda::tma::load_2d;
 
 // D[64 x 32] (+)= A[64 x 16] B[16 x 32]: A and B K-major; scale_d 0 overwrites D.
 __device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {

@@ -62,16 +62,7 @@ __device__ __forceinline__ void qk_tile(PrefillScores<C>& r_s, const PrefillQFra
   if constexpr (C::kWgmma) {
     // The warpgroup's 64 rows of Q against the whole K tile, 16 columns of the head dim a step.
     float(&r_sw)[kN / 2] = reinterpret_cast<float(&)[kN / 2]>(r_s[0]);
-    const uint32_t s_q_wg = s_q_addr + (warp / 4) * 64 * 128;
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      // Column block kk / 4 (a block is rows x 128 bytes), then 32 bytes (16 elements) into it.
-      const uint64_t desc_q = wgmma::make_desc(s_q_wg + (kk / 4) * C::kBlockM * 128 + (kk % 4) * 32, 16, 1024);
-      const uint64_t desc_k = wgmma::make_desc(s_k_addr + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
-      wgmma::wgmma_ss<T, kN>(r_sw, desc_q, desc_k, kk > 0);
-    }
-    wgmma::commit();
+    wgmma::qk_ss<T, kN, kD>(r_sw, s_q_addr + (warp / 4) * 64 * 128, C::kBlockM * 128, s_k_addr);
     wgmma::wait_all();
     wgmma::fence_regs(r_sw);
   } else {
@@ -123,16 +114,7 @@ __device__ __forceinline__ void pv_tile(PrefillO<C>& r_o, PrefillScores<C>& r_s,
       a[kk][3] = tile::pack2<T>(r_s[0][2 * kk + 1][2], r_s[0][2 * kk + 1][3]);
     }
     float(&r_ow)[kD / 2] = reinterpret_cast<float(&)[kD / 2]>(r_o[0]);
-    wgmma::fence_regs(r_ow);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      // V is MN-major: 16 KV rows (2048 bytes) a step; the next 64 head-dim columns one block on.
-      const uint32_t s_v_step = s_v_addr + kk * 16 * 128;
-      const uint64_t desc_v = wgmma::make_desc(s_v_step, kN * 128, 1024);
-      wgmma::wgmma_rs<T, kD>(r_ow, a[kk], desc_v);
-    }
-    wgmma::commit();
+    wgmma::pv_rs<T, kN, kD>(r_ow, a, s_v_addr);
     wgmma::wait_all();
     wgmma::fence_regs(r_ow);
   } else {
