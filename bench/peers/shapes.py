@@ -12,6 +12,9 @@ NUM_KV_HEADS = 8
 HEAD_DIM = 128
 PAGE_SIZE = 16
 DTYPE_BYTES = 2
+# What a variant shape adds to plain attention: ALiBi biases (slope_h * (kv_pos - q_pos), the standard
+# slopes 2^(-8 (h + 1) / H)), a block-diagonal document mask on top of causal, or a tanh soft-cap.
+VARIANTS = (None, "alibi", "document", "softcap")
 
 
 @dataclass
@@ -21,6 +24,14 @@ class Shape:
     requests: List[Tuple[int, int]]     # (prefix_len, num_new_tokens) per request
     causal: bool = True
     tags: List[str] = field(default_factory=list)
+    variant: Optional[str] = None       # one of VARIANTS
+    variant_arg: int = 0                # "softcap": the cap; "document": the tokens of each document
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"{self.name}: variant {self.variant!r} is not one of {VARIANTS}")
+        if self.variant in ("softcap", "document") and self.variant_arg <= 0:
+            raise ValueError(f"{self.name}: {self.variant} needs variant_arg > 0")
 
     @property
     def batch_size(self) -> int:
@@ -43,11 +54,26 @@ class Shape:
         """(query, key) pairs the mask leaves visible; causal queries sit at the end of their request."""
         total = 0.0
         for prefix, n in self.requests:
-            if self.causal:
+            if self.variant == "document":
+                total += self._document_pairs(prefix, n)
+            elif self.causal:
                 total += n * prefix + n * (n + 1) / 2
             else:
                 total += n * (prefix + n)
         return total
+
+    def _document_pairs(self, prefix: int, n: int) -> float:
+        """Visible pairs of one request under the document mask: a query sees the keys of its own
+        document (kv_pos / L == q_pos / L), up to itself where causal."""
+        doc, kv_len, total = self.variant_arg, prefix + n, 0
+        for q_pos in range(prefix, kv_len):
+            start = q_pos // doc * doc
+            total += (q_pos + 1 if self.causal else min(start + doc, kv_len)) - start
+        return float(total)
+
+    def alibi_slopes(self) -> List[float]:
+        """ALiBi's slope of each query head: 2^(-8 (h + 1) / H)."""
+        return [2.0 ** (-8.0 * (h + 1) / NUM_QO_HEADS) for h in range(NUM_QO_HEADS)]
 
     def flops(self) -> float:
         """Unmasked FLOPs: Q K^T and P V, 2 FLOPs a multiply-add each (causal counts only the visible part)."""
@@ -71,9 +97,33 @@ class Shape:
                 runs.append((r, 1))
         return ",".join(f"{p}+{n}" + (f"x{c}" if c > 1 else "") for (p, n), c in runs)
 
+    def attnkit_variant_args(self) -> List[str]:
+        """The variant as `attnkit bench --score-mod / --mask-mod` expressions (the language of
+        src/core/variant_expr.h: score is the scaled logit, q_pos and kv_pos positions in the
+        request, head the query head); [] for plain attention. Only backends with user variants
+        (jit, reference) run them; the others refuse the shape.
+
+        The document mask is written from positions (kv_pos / L == q_pos / L, int division), which
+        holds for documents of equal length L laid end to end in one request: the expressions read
+        no per-token document ids. Causal stays the shape's own, beneath the mask."""
+        if self.variant == "alibi":
+            # -8 / H is exact in float for H = 32 (-0.25): the slope is the same number as the peers'.
+            return ["--score-mod", f"score + exp2f({-8.0 / NUM_QO_HEADS!r}f * (head + 1)) * (kv_pos - q_pos)"]
+        if self.variant == "softcap":
+            cap = f"{float(self.variant_arg)!r}f"
+            return ["--score-mod", f"{cap} * tanhf(score / {cap})"]
+        if self.variant == "document":
+            return ["--mask-mod", f"kv_pos / {self.variant_arg} == q_pos / {self.variant_arg}"]
+        return []
+
     def attnkit_bench_args(self, tool_has_requests: bool = False) -> Optional[List[str]]:
         """`attnkit bench` options for this shape, or None where the tool has no way to say it
-        (uniform batches only, unless the tool takes --requests and --non-causal)."""
+        (uniform batches only, unless the tool takes --requests and --non-causal); a variant's
+        expressions (attnkit_variant_args) come last."""
+        args = self._attnkit_shape_args(tool_has_requests)
+        return None if args is None else args + self.attnkit_variant_args()
+
+    def _attnkit_shape_args(self, tool_has_requests: bool) -> Optional[List[str]]:
         if tool_has_requests:
             phase = "decode" if self.phase == "decode" else "prefill"
             return (["--phase", phase, "--requests", self.requests_arg()] +
@@ -106,6 +156,14 @@ SHAPES: List[Shape] = [
     Shape("prefill full 1x16384", "prefill", [(0, 16384)], causal=False),
     Shape("prefill varlen causal 4x4096", "prefill", [(0, 4096)] * 4, causal=True),
     Shape("prefill varlen full 4x4096", "prefill", [(0, 4096)] * 4, causal=False),
+    # Variants: FlexAttention's score_mod / mask_mod against attnkit's jit backend.
+    Shape("decode 16x8192 alibi", "decode", [(8191, 1)] * 16, variant="alibi"),
+    Shape("prefill causal 1x8192 alibi", "prefill", [(0, 8192)], causal=True, variant="alibi"),
+    Shape("prefill causal 1x8192 softcap 30", "prefill", [(0, 8192)], causal=True, variant="softcap",
+          variant_arg=30),
+    # One 8192-token sequence of 4 documents of 2048 tokens each: causal within a document.
+    Shape("prefill document 4x2048 in 8192", "prefill", [(0, 8192)], causal=True, variant="document",
+          variant_arg=2048),
 ]
 
 
@@ -121,12 +179,14 @@ def by_name(names: Optional[List[str]]) -> List[Shape]:
 
 if __name__ == "__main__":
     # For the device scripts: `shapes.py names [PHASE]` prints the shape names, one a line;
-    # `shapes.py bench-args NAME` prints `attnkit bench`'s options for that shape.
+    # `shapes.py bench-args NAME` prints `attnkit bench`'s options for that shape (a variant's
+    # expressions quoted for the shell).
+    import shlex
     import sys
 
     if len(sys.argv) >= 2 and sys.argv[1] == "names":
         print("\n".join(s.name for s in SHAPES if len(sys.argv) < 3 or s.phase == sys.argv[2]))
     elif len(sys.argv) == 3 and sys.argv[1] == "bench-args":
-        print(" ".join(by_name([sys.argv[2]])[0].attnkit_bench_args(True)))
+        print(shlex.join(by_name([sys.argv[2]])[0].attnkit_bench_args(True)))
     else:
         raise SystemExit("usage: shapes.py names [decode|prefill] | shapes.py bench-args NAME")
