@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares, on a machine with package registries, what a GPU machine without one lacks, into
 # ignored folders to copy there with the tree: third_party/prefix (Debian libraries), third_party/googletest (sources),
-# .whl (FlashInfer and its missing Python dependencies). Building and staging is build-for-device.sh.
+# .whl (FlashInfer and its missing Python dependencies), .whl/sglang (SGLang's Triton attention kernel
+# sources, for the sglang-triton-* peers). Building and staging is build-for-device.sh.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,6 +12,9 @@ cd "$root"
 # time (tvm-ffi modules, no torch ABI), so it is independent of the device's torch version.
 FLASHINFER_VERSION="${FLASHINFER_VERSION:-0.7.4}"
 TVM_FFI_SPEC="${TVM_FFI_SPEC:-apache-tvm-ffi>=0.1.11,<0.2}"
+# SGLang: the newest release at the time of writing. Only its Triton attention kernels are used, read
+# from the wheel's sources by bench/peers/sglang_triton.py; they JIT-compile with the machine's Triton.
+SGLANG_VERSION="${SGLANG_VERSION:-0.5.23}"
 DEBS=(libhwy-dev libhwy1 libcli11-dev nlohmann-json3-dev googletest)
 
 tmp="$(mktemp -d)"
@@ -60,6 +64,24 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
 rm -f .whl/hf/numpy-*.whl .whl/hf/hf_xet-*.whl  # hf_xet serves downloads only
 python3 scripts/slim_wheel.py "$tmp"/wheels/flashinfer_python-*.whl \
   ".whl/$(basename "$tmp"/wheels/flashinfer_python-*.whl)"
+
+# SGLang's wheel cut to the Python sources of its attention kernel folder and its METADATA and
+# licence (the rest is the serving stack and its compiled extensions, which the peers never import),
+# into .whl/sglang/: a folder of its own, which the install of .whl/*.whl passes over.
+rm -rf .whl/sglang
+mkdir -p .whl/sglang
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_34_x86_64 "${platforms[@]}" -d "$tmp/sglang" "sglang==${SGLANG_VERSION}"
+python3 - "$tmp"/sglang/sglang-*.whl ".whl/sglang/sglang-${SGLANG_VERSION}-triton-attention.zip" <<'EOF'
+import re, sys, zipfile
+keep = re.compile(r"^(sglang/kernels/ops/attention/[^/]+\.py|sglang/srt/layers/attention/triton_ops/[^/]+\.py|"
+                  r"sglang-[^/]+\.dist-info/(METADATA|LICENSE[^/]*|licenses/.*))$")
+with zipfile.ZipFile(sys.argv[1]) as src, zipfile.ZipFile(sys.argv[2], "w", zipfile.ZIP_DEFLATED) as dst:
+    kept = [n for n in src.namelist() if keep.match(n)]
+    for name in kept:
+        dst.writestr(name, src.read(name))
+print(f"sglang: {len(kept)} files of {sys.argv[1].rsplit('/', 1)[-1]} -> {sys.argv[2]}")
+EOF
 
 echo "== sizes"
 du -sh third_party/prefix third_party/googletest .whl

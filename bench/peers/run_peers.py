@@ -22,11 +22,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import peers  # noqa: E402
+import sglang_triton  # noqa: E402
 import shapes  # noqa: E402
 import timing  # noqa: E402
 
 # FlexAttention compiles once per shape (tens of seconds each): by default only where it says the most.
-DEFAULT_FLEX_SHAPES = ["decode 64x16384", "decode 16x8192", "prefill causal 1x8192", "chunked prefill 2048 on 30720"]
+# The variant shapes too: there FlexAttention is the peer that expresses them all.
+DEFAULT_FLEX_SHAPES = (["decode 64x16384", "decode 16x8192", "prefill causal 1x8192", "chunked prefill 2048 on 30720"] +
+                       [s.name for s in shapes.SHAPES if s.variant])
 
 
 def log(msg: str) -> None:
@@ -125,15 +128,20 @@ def main() -> int:
     if fi_version.startswith("unavailable"):
         log(f"flashinfer {fi_version}: its peers are skipped")
         names = [n for n in names if not peers.PEERS[n][2]]
+    sglang_version = sglang_triton.version()
+    if sglang_version.startswith("unavailable"):
+        log(f"sglang kernels {sglang_version}: their peers are skipped")
+        names = [n for n in names if not n.startswith("sglang-")]
     props = torch.cuda.get_device_properties(0)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": props.name, "sms": props.multi_processor_count, "l2_bytes": timing.l2_bytes(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "flashinfer": fi_version,
+        "sglang": sglang_version,
         "heads": f"{shapes.NUM_QO_HEADS} q / {shapes.NUM_KV_HEADS} kv / {shapes.HEAD_DIM}",
         "page_size": shapes.PAGE_SIZE, "dtype": "bf16", "results": [],
     }
-    log(f"{props.name}, torch {torch.__version__}, flashinfer {fi_version}")
+    log(f"{props.name}, torch {torch.__version__}, flashinfer {fi_version}, sglang kernels {sglang_version}")
     if not args.no_ceilings:
         report["ceilings"] = {"copy_bytes_per_s": timing.copy_bandwidth(),
                               "bf16_matmul_flop_per_s": timing.bf16_matmul_rate()}
