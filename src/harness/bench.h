@@ -59,6 +59,7 @@ struct BenchResult {
   int batch_size = 0;              // requests in the workload
   double kv_tokens = 0.0;          // KV tokens of all requests after the step (prefix + new)
   int repeats = 0;                 // timed calls behind the median
+  double first_call_ms = 0.0;      // the backend's first call, waited for (jit: compile or cache load, and tuning)
   double median_ms = 0.0;
   double min_ms = 0.0;
   double max_ms = 0.0;

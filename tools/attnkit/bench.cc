@@ -51,7 +51,7 @@ harness::Phase parse_phase(const std::string& p) {
 nlohmann::json to_json(const harness::BenchResult& r) {
   return {{"backend", r.backend},       {"workload", r.workload},         {"skipped", r.skipped},
           {"batch_size", r.batch_size}, {"kv_tokens", r.kv_tokens},
-          {"repeats", r.repeats},       {"median_ms", r.median_ms},       {"min_ms", r.min_ms},
+          {"repeats", r.repeats},       {"median_ms", r.median_ms}, {"first_call_ms", r.first_call_ms},       {"min_ms", r.min_ms},
           {"max_ms", r.max_ms},         {"flops", r.flops},               {"bytes", r.bytes},
           {"tokens_per_s", r.tokens_per_s}, {"flop_per_s", r.flop_per_s}, {"bytes_per_s", r.bytes_per_s},
           {"workspace_bytes", r.workspace_bytes}, {"backend_host_bytes", r.backend_host_bytes},
@@ -177,7 +177,7 @@ std::function<int()> add_bench(CLI::App& app) {
     });
     if (host_backend) std::cout << "cpu target: " << cpu_target() << "\n";
     if (o->ceilings && memory_bound && host_backend) probe = std::make_unique<harness::ReadProbe>();
-    std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "calls", "tokens/s",
+    std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "first ms", "calls", "tokens/s",
                                                    memory_bound ? "bytes/s" : "FLOP/s", "of ceiling",
                                                    "read beside", "plan us", "workspace", "host +", "peak RSS"}};
     nlohmann::json results = nlohmann::json::array();
@@ -210,7 +210,7 @@ std::function<int()> add_bench(CLI::App& app) {
         j["read_before_call_bytes_per_s"] = r.paired;
       }
       const std::string beside = paired > 0 ? si(median(r.paired), "B/s") : "-";
-      rows.push_back({name, w.label, fixed(r.median_ms, 3), std::to_string(r.repeats), si(r.tokens_per_s),
+      rows.push_back({name, w.label, fixed(r.median_ms, 3), fixed(r.first_call_ms, 1), std::to_string(r.repeats), si(r.tokens_per_s),
                       si(rate, memory_bound ? "B/s" : "FLOP/s"), frac, beside, fixed(r.plan_us, 1),
                       si(r.workspace_bytes, "B"), si(r.backend_host_bytes, "B"), si(r.peak_rss_bytes, "B")});
       results.push_back(j);

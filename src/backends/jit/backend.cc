@@ -2,12 +2,15 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "attnkit/registry.h"
 #include "backends/jit/config.h"
 #include "backends/jit/module_cache.h"
 #include "backends/jit/nvrtc.h"
+#include "backends/jit/tuner.h"
+#include "cuda/memory.h"
 #include "cuda/check.h"
 
 namespace attnkit {
@@ -23,13 +26,22 @@ namespace {
 
 cudaStream_t stream() { return cudaStreamPerThread; }
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
-constexpr int kWarps = 4;  // the template's WARPS
+// A batch is decode-shaped where every request brings at most one warp's 16 packed query rows.
+constexpr int kDecodeRows = 16;
+
+// Keeps a buffer at least `bytes` large; the old one is freed only after the stream's work on it.
+void reserve(Buffer& buffer, size_t bytes) {
+  if (buffer.nbytes() >= bytes) return;
+  ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  buffer = Buffer(Device::cuda, bytes + bytes / 2);
+}
 
 }  // namespace
 
 JitBackend::JitBackend(const BackendContext& context) : AttentionBackend(context) {
   const std::string why = jit::why_unavailable();
   ATTNKIT_CHECK(why.empty(), "jit: ", why);
+  num_sms_ = cuda::device_info().num_sms;
   for (int l = 0; l < model().num_layers(); ++l) {
     const AttentionSpec& s = model().layer(l);
     Buffer sinks;
@@ -45,13 +57,17 @@ Capabilities JitBackend::capabilities() const { return jit::capabilities(); }
 
 void JitBackend::synchronize() { ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
-const jit::CompiledKernel& JitBackend::kernel(int layer, DType q_dtype) {
+size_t JitBackend::workspace_bytes() const {
+  size_t n = arena_.nbytes() + partials_.nbytes();
+  for (const auto& [_, w] : works_) n += w.items.nbytes();
+  return n;
+}
+
+const jit::KernelKey& JitBackend::key(int layer, DType q_dtype) {
   const size_t slot = static_cast<size_t>(layer) * 2 + (q_dtype == DType::bf16 ? 0 : 1);
-  if (kernels_.size() <= slot) kernels_.resize(static_cast<size_t>(model().num_layers()) * 2, nullptr);
-  if (kernels_[slot] == nullptr) {
-    kernels_[slot] = &jit::ModuleCache::global().get(jit::kernel_key_for(model().layer(layer), cache().config(), q_dtype));
-  }
-  return *kernels_[slot];
+  if (keys_.size() <= slot) keys_.resize(static_cast<size_t>(model().num_layers()) * 2);
+  if (!keys_[slot]) keys_[slot] = jit::kernel_key_for(model().layer(layer), cache().config(), q_dtype);
+  return *keys_[slot];
 }
 
 void JitBackend::plan(const ForwardBatch& batch) {
@@ -65,6 +81,9 @@ void JitBackend::plan(const ForwardBatch& batch) {
   std::memcpy(host.data(), batch.out_cache_loc.data(), tokens * sizeof(int64_t));
   auto* token_request = reinterpret_cast<int32_t*>(host.data() + off_token_request_);
   auto* info = reinterpret_cast<int32_t*>(host.data() + off_requests_);
+  work_requests_.clear();
+  int max_q = 0;
+  int64_t kv_tokens = 0;
   for (size_t i = 0; i < requests; ++i) {
     const int r = static_cast<int>(i);
     for (int32_t t = batch.qo_indptr[i]; t < batch.qo_indptr[i + 1]; ++t) token_request[t] = r;
@@ -72,21 +91,83 @@ void JitBackend::plan(const ForwardBatch& batch) {
     info[4 * i + 1] = batch.prefix_lens[i];
     info[4 * i + 2] = batch.kv_len(r);
     info[4 * i + 3] = batch.kv_page_indptr[i];
+    const int q_len = batch.qo_indptr[i + 1] - batch.qo_indptr[i];
+    work_requests_.push_back({static_cast<int>(batch.prefix_lens[i]), q_len});
+    max_q = std::max(max_q, q_len);
+    kv_tokens += batch.kv_len(r);
   }
   std::memcpy(host.data() + off_pages_, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
-  if (arena_.nbytes() < total) arena_ = Buffer(Device::cuda, total + total / 2);
+  reserve(arena_, total);
   arena_.copy_from_host(host.data(), total);
+  // The largest group decides: a model whose layers differ in group tunes by the widest.
+  int group = 1;
+  for (int l = 0; l < model().num_layers(); ++l) group = std::max(group, model().layer(l).group_size());
+  decode_shaped_ = max_q * group <= kDecodeRows;
+  bucket_ = jit::shape_bucket(decode_shaped_, batch.num_tokens(), kv_tokens);
+  ++generation_;
+  std::fill(layer_tuned_.begin(), layer_tuned_.end(), nullptr);
 }
 
-void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
-                            const TensorView& out) {
-  const LayerParams lp = layer_params(layer);
-  // Compiled (or found) before the cache store: a variant that does not compile writes nothing.
-  const jit::CompiledKernel& kernel = this->kernel(layer, q.dtype);
-  const ForwardBatch& b = batch();
+const JitBackend::Work& JitBackend::work(int layer, const jit::CompiledKernel& kernel, const jit::TileConfig& tile) {
+  const LayerParams& lp = layer_params(layer);
+  jit::WorkShape shape;
+  shape.group = lp.num_qo_heads / lp.num_kv_heads;
+  shape.block_m = tile.block_m();
+  shape.block_n = tile.block_n;
+  shape.causal = lp.causal;
+  shape.window_left = lp.window_left;
+  shape.num_kv_heads = lp.num_kv_heads;
+  shape.target_ctas = num_sms_ * std::max(1, kernel.ctas_per_sm);
+  const std::string name = detail::concat(shape.group, " ", shape.block_m, " ", shape.block_n, " ", shape.causal, " ",
+                                          shape.window_left, " ", shape.num_kv_heads, " ", shape.target_ctas);
+  Work& w = works_[name];
+  if (w.generation == generation_) return w;
+  const jit::WorkPlan plan = jit::plan_work(work_requests_, shape);
+  std::vector<int32_t> all = plan.items;
+  all.insert(all.end(), plan.merges.begin(), plan.merges.end());
+  reserve(w.items, all.size() * sizeof(int32_t));
+  if (!all.empty()) w.items.copy_from_host(all.data(), all.size() * sizeof(int32_t));
+  w.num_items = plan.num_items();
+  w.num_merges = plan.num_merges();
+  w.partial_rows = plan.partial_rows;
+  w.generation = generation_;
+  reserve(partials_, static_cast<size_t>(plan.partial_rows) * lp.num_kv_heads * (lp.head_dim_vo + 1) * sizeof(float));
+  return w;
+}
+
+void JitBackend::launch_mma_tile(int layer, const jit::CompiledKernel& kernel, const Work& w, const TensorView& q,
+                                 const TensorView& out) {
+  if (w.num_items == 0) return;
+  const LayerParams& lp = layer_params(layer);
   auto* base = static_cast<unsigned char*>(arena_.data());
-  store_new_kv(layer, k, v, TensorView(base, DType::i64, Device::cuda, {b.num_tokens()}));
-  if (b.num_tokens() == 0) return;
+  const void* q_ptr = q.data;
+  void* out_ptr = out.data;
+  const void* k_pool = cache().k_pool(layer);
+  const void* v_pool = cache().v_pool(layer);
+  const void* items = w.items.data();
+  const void* merges = static_cast<const int32_t*>(w.items.data()) + static_cast<size_t>(w.num_items) * jit::WorkPlan::kStride;
+  const void* requests = base + off_requests_;
+  const void* pages = base + off_pages_;
+  const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
+  const void* sinks_ptr = sinks.nbytes() ? sinks.data() : nullptr;
+  void* o_part = partials_.data();
+  void* lse_part = static_cast<float*>(partials_.data()) + static_cast<size_t>(w.partial_rows) * lp.num_kv_heads * lp.head_dim_vo;
+  float sm_scale = lp.sm_scale, soft_cap = lp.logits_soft_cap;
+  int window_left = lp.window_left, causal = lp.causal ? 1 : 0;
+  void* args[] = {&q_ptr, &out_ptr, &k_pool, &v_pool, &items, &requests, &pages, &sinks_ptr, &o_part, &lse_part,
+                  &sm_scale, &soft_cap, &window_left, &causal};
+  const dim3 grid(static_cast<unsigned>(w.num_items), static_cast<unsigned>(lp.num_kv_heads));
+  ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, kernel.smem_bytes, stream()));
+  if (w.num_merges == 0) return;
+  void* merge_args[] = {&out_ptr, &o_part, &lse_part, &merges, &requests, &sinks_ptr};
+  const dim3 merge_grid(static_cast<unsigned>(w.num_merges), static_cast<unsigned>(lp.num_kv_heads));
+  ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.merge, merge_grid, dim3(128), merge_args, 0, stream()));
+}
+
+void JitBackend::launch_warp_row(int layer, const jit::CompiledKernel& kernel, const TensorView& q,
+                                 const TensorView& out) {
+  const LayerParams& lp = layer_params(layer);
+  auto* base = static_cast<unsigned char*>(arena_.data());
   const void* q_ptr = q.data;
   void* out_ptr = out.data;
   const void* k_pool = cache().k_pool(layer);
@@ -100,8 +181,76 @@ void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   int window_left = lp.window_left, causal = lp.causal ? 1 : 0;
   void* args[] = {&q_ptr, &out_ptr, &k_pool, &v_pool, &token_request, &requests, &pages, &sinks_ptr,
                   &sm_scale, &soft_cap, &window_left, &causal};
-  const dim3 grid(static_cast<unsigned>(b.num_tokens()), static_cast<unsigned>(lp.num_kv_heads));
-  ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kWarps * 32), args, 0, stream()));
+  const dim3 grid(static_cast<unsigned>(batch().num_tokens()), static_cast<unsigned>(lp.num_kv_heads));
+  ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, 0, stream()));
+}
+
+const JitBackend::Tuned& JitBackend::tuned(int layer, const jit::KernelKey& base, const TensorView& q,
+                                           const TensorView& out) {
+  const std::string name = bucket_ + "|" + base.describe();
+  if (auto it = tuned_.find(name); it != tuned_.end()) return it->second;
+  // Each candidate timed on this layer's real call: two launches to warm, the median of five.
+  const auto measure = [&](const jit::TileConfig& t) -> double {
+    jit::KernelKey k = base;
+    k.tile = t;
+    const jit::CompiledKernel& kernel = jit::ModuleCache::global().get(k);
+    const Work& w = work(layer, kernel, t);
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ATTNKIT_CUDA_CHECK(cudaEventCreate(&start));
+    ATTNKIT_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<float> ms;
+    for (int i = 0; i < 7; ++i) {
+      ATTNKIT_CUDA_CHECK(cudaEventRecord(start, stream()));
+      launch_mma_tile(layer, kernel, w, q, out);
+      ATTNKIT_CUDA_CHECK(cudaEventRecord(stop, stream()));
+      ATTNKIT_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t_ms = 0.0f;
+      ATTNKIT_CUDA_CHECK(cudaEventElapsedTime(&t_ms, start, stop));
+      if (i >= 2) ms.push_back(t_ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    return ms[ms.size() / 2];
+  };
+  const jit::TileConfig tile =
+      jit::TileTuner::global().choose(base, bucket_, jit::ModuleCache::device_arch(), decode_shaped_, measure);
+  jit::KernelKey k = base;
+  k.tile = tile;
+  return tuned_[name] = Tuned{&jit::ModuleCache::global().get(k), tile};
+}
+
+void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out) {
+  const jit::KernelKey& base = key(layer, q.dtype);
+  const ForwardBatch& b = batch();
+  const TensorView loc(arena_.data(), DType::i64, Device::cuda, {b.num_tokens()});
+  if (!base.tensor_cores()) {
+    // Compiled (or found) before the cache store: a variant that does not compile writes nothing.
+    const jit::CompiledKernel& kernel = jit::ModuleCache::global().get(base);
+    store_new_kv(layer, k, v, loc);
+    if (b.num_tokens() > 0) launch_warp_row(layer, kernel, q, out);
+    return;
+  }
+  // This batch's choice for the layer: a slot lookup once made, no string built on a call.
+  const size_t slot = static_cast<size_t>(layer) * 2 + (q.dtype == DType::bf16 ? 0 : 1);
+  if (layer_tuned_.size() <= slot) {
+    layer_tuned_.resize(static_cast<size_t>(model().num_layers()) * 2, nullptr);
+    layer_work_.resize(layer_tuned_.size(), nullptr);
+  }
+  if (layer_tuned_[slot] == nullptr && !tuned_.count(bucket_ + "|" + base.describe())) {
+    jit::KernelKey first = base;
+    first.tile = jit::tile_candidates(base, decode_shaped_).front();
+    jit::ModuleCache::global().get(first);  // as above: a variant that does not compile fails here
+  }
+  store_new_kv(layer, k, v, loc);
+  if (b.num_tokens() == 0) return;
+  if (layer_tuned_[slot] == nullptr) {
+    const Tuned& t = tuned(layer, base, q, out);
+    layer_tuned_[slot] = &t;
+    layer_work_[slot] = &work(layer, *t.kernel, t.tile);
+  }
+  launch_mma_tile(layer, *layer_tuned_[slot]->kernel, *layer_work_[slot], q, out);
 }
 
 void register_jit_backend(Registry& registry) {

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "attnkit/backend.h"
 #include "attnkit/dtype.h"
+#include "backends/jit/source.h"
 
 namespace attnkit::jit {
 
@@ -17,6 +20,15 @@ struct Support {
   static constexpr int max_head_dim = 256;
   static constexpr int head_dim_multiple = 8;
 };
+
+// The most shared memory one CTA may opt into on sm_90 (227 KiB).
+inline constexpr size_t kMaxSharedBytes = 232448;
+
+// The tile configurations the autotuner measures for `key` (its tile ignored): `decode` where every
+// request brings at most 16 packed query rows (few rows, many keys: the warps split the keys), else
+// prefill-shaped ones (the warps split the rows). Each fits kMaxSharedBytes; the first is the
+// default where tuning is off.
+std::vector<TileConfig> tile_candidates(const KernelKey& key, bool decode);
 
 Capabilities capabilities();
 // Why the backend cannot run here (no CUDA device, no NVRTC), or empty (backend.cc: CUDA builds).

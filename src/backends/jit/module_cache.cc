@@ -49,7 +49,7 @@ const Nvrtc& nvrtc_or_throw() {
 
 WarmResult ModuleCache::warm(const KernelKey& key, const std::string& arch) {
   const Nvrtc& nvrtc = nvrtc_or_throw();
-  const std::string source = render_warp_row(key);
+  const std::string source = render(key);
   const std::string cache_key = module_key(source, arch, nvrtc);
   WarmResult r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -80,7 +80,7 @@ std::string ModuleCache::device_arch() {
 
 const CompiledKernel& ModuleCache::get(const KernelKey& key) {
   const Nvrtc* nvrtc = &nvrtc_or_throw();
-  const std::string source = render_warp_row(key);
+  const std::string source = render(key);
   const std::string arch = device_arch();
   const std::string cache_key = module_key(source, arch, *nvrtc);
 
@@ -103,6 +103,17 @@ const CompiledKernel& ModuleCache::get(const KernelKey& key) {
   cudaKernel_t kernel = nullptr;
   ATTNKIT_CUDA_CHECK(cudaLibraryGetKernel(&kernel, library, "attend"));
   k.entry = reinterpret_cast<const void*>(kernel);
+  if (key.tensor_cores()) {
+    cudaKernel_t merge = nullptr;
+    ATTNKIT_CUDA_CHECK(cudaLibraryGetKernel(&merge, library, "merge"));
+    k.merge = reinterpret_cast<const void*>(merge);
+    k.threads = key.tile.threads();
+    k.smem_bytes = mma_tile_smem_bytes(key);
+    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(k.entry, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));
+  } else {
+    k.threads = kWarpRowThreads;
+  }
+  ATTNKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k.ctas_per_sm, k.entry, k.threads, k.smem_bytes));
   k.load_ms = ms_since(k.from_disk ? t0 : t1);
   return kernels_.emplace(cache_key, k).first->second;
 }

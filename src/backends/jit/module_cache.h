@@ -14,6 +14,10 @@ namespace attnkit::jit {
 
 struct CompiledKernel {
   const void* entry = nullptr;  // a cudaKernel_t, launched through cudaLaunchKernel
+  const void* merge = nullptr;  // mma_tile's split-KV join; nullptr for warp_row
+  int threads = 0;              // a CTA's
+  size_t smem_bytes = 0;        // dynamic shared memory a launch asks for
+  int ctas_per_sm = 0;          // what the SM holds at once (the occupancy calculator's)
   double compile_ms = 0.0;      // NVRTC's time; 0 where the module came from the disk cache
   double load_ms = 0.0;         // the disk read and the module load
   bool from_disk = false;

@@ -1,9 +1,13 @@
 #include "backends/jit/source.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "attnkit/error.h"
 #include "attnkit/jit.h"
 #include "attnkit/registry.h"
 #include "backends/jit/config.h"
+#include "backends/jit/kernels/mma_tile.h"
 #include "backends/jit/kernels/warp_row.h"
 #include "core/variant_expr.h"
 
@@ -17,9 +21,22 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
+std::string TileConfig::describe() const {
+  return detail::concat("n", block_n, " w", warps_m, "x", warps_n, " s", stages);
+}
+
+std::optional<TileConfig> TileConfig::parse(const std::string& text) {
+  TileConfig t;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "n%d w%dx%d s%d%c", &t.block_n, &t.warps_m, &t.warps_n, &t.stages, &tail) != 4) return {};
+  if (t.block_n <= 0 || t.warps_m <= 0 || t.warps_n <= 0 || t.stages < 2) return {};
+  return t;
+}
+
 std::string KernelKey::describe() const {
-  std::string s = detail::concat("warp_row d", head_dim_qk, "/", head_dim_vo, " g", group, " p", page_size, " ",
+  std::string s = detail::concat(tensor_cores() ? "mma_tile d" : "warp_row d", head_dim_qk, "/", head_dim_vo, " g", group, " p", page_size, " ",
                                  dtype_name(dtype), " kv ", dtype_name(kv_dtype));
+  if (tensor_cores()) s += detail::concat(" ", tile.describe());
   if (!score_mod.empty()) s += " score_mod " + score_mod;
   if (!mask_mod.empty()) s += " mask_mod " + mask_mod;
   return s;
@@ -35,6 +52,7 @@ std::string render_warp_row(const KernelKey& key) {
   replace_all(s, "$HEAD_DIM_VO", std::to_string(key.head_dim_vo));
   replace_all(s, "$GROUP", std::to_string(key.group));
   replace_all(s, "$PAGE_SIZE", std::to_string(key.page_size));
+  replace_all(s, "$WARPS", std::to_string(kWarpRowThreads / 32));
   replace_all(s, "$Q_BF16", key.dtype == DType::bf16 ? "1" : "0");
   replace_all(s, "$KV_BF16", key.kv_dtype == DType::bf16 ? "1" : "0");
   replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)) + ", cache " + std::string(dtype_name(key.kv_dtype)));
@@ -42,6 +60,42 @@ std::string render_warp_row(const KernelKey& key) {
   replace_all(s, "$MASK_MOD", key.mask_mod.empty() ? "true" : key.mask_mod);
   return s;
 }
+
+size_t mma_tile_smem_bytes(const KernelKey& key) {
+  const size_t dqk = (key.head_dim_qk + 15) / 16 * 16, dvo = (key.head_dim_vo + 15) / 16 * 16;
+  const size_t q = key.tile.block_m() * (dqk + 8) * 2;
+  const size_t stage = key.tile.block_n * (dqk + 8 + dvo + 8) * 2;
+  const size_t epilogue = key.tile.warps_n * key.tile.block_m() * (dvo + 2) * 4;
+  return std::max(q + key.tile.stages * stage, epilogue);
+}
+
+std::string render_mma_tile(const KernelKey& key) {
+  ATTNKIT_CHECK(key.tensor_cores() && (key.dtype == DType::bf16 || key.dtype == DType::f16),
+                "jit: the mma_tile kernel reads q and cache of one dtype, bf16 or f16; got ", dtype_name(key.dtype),
+                " over ", dtype_name(key.kv_dtype));
+  const TileConfig& t = key.tile;
+  ATTNKIT_CHECK(t.block_n % (16 * t.warps_n) == 0, "jit: tile ", t.describe(),
+                ": block_n must be a multiple of 16 x warps_n");
+  std::string s = kMmaTileTemplate;
+  replace_all(s, "$HEAD_DIM_QK", std::to_string(key.head_dim_qk));
+  replace_all(s, "$HEAD_DIM_VO", std::to_string(key.head_dim_vo));
+  replace_all(s, "$GROUP", std::to_string(key.group));
+  replace_all(s, "$PAGE_SIZE", std::to_string(key.page_size));
+  replace_all(s, "$BF16", key.dtype == DType::bf16 ? "1" : "0");
+  replace_all(s, "$BLOCK_N", std::to_string(t.block_n));
+  replace_all(s, "$WARPS_M", std::to_string(t.warps_m));
+  replace_all(s, "$WARPS_N", std::to_string(t.warps_n));
+  replace_all(s, "$STAGES", std::to_string(t.stages));
+  replace_all(s, "$SMEM_BYTES", std::to_string(mma_tile_smem_bytes(key)));
+  replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)));
+  replace_all(s, "$CONFIG", t.describe());
+  replace_all(s, "$SCORE_MOD", key.score_mod.empty() ? "score" : key.score_mod);
+  replace_all(s, "$HAS_MASK_MOD", key.mask_mod.empty() ? "0" : "1");
+  replace_all(s, "$MASK_MOD", key.mask_mod.empty() ? "true" : key.mask_mod);
+  return s;
+}
+
+std::string render(const KernelKey& key) { return key.tensor_cores() ? render_mma_tile(key) : render_warp_row(key); }
 
 }  // namespace attnkit::jit
 
@@ -66,7 +120,7 @@ jit::KernelKey jit::kernel_key_for(const AttentionSpec& spec, const KvCacheConfi
 }
 
 std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype) {
-  return jit::render_warp_row(jit::kernel_key_for(spec, cache, q_dtype));
+  return jit::render(jit::kernel_key_for(spec, cache, q_dtype));
 }
 
 #ifndef ATTNKIT_WITH_CUDA

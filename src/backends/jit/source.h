@@ -2,6 +2,7 @@
 // is specialised to, so equal keys give equal sources and one compiled module serves both.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "attnkit/dtype.h"
@@ -9,6 +10,22 @@
 #include "attnkit/spec.h"
 
 namespace attnkit::jit {
+
+// The tensor-core template's tile: keys a K/V tile holds, the warp grid (WARPS_M x 16 rows, each
+// tile's keys split WARPS_N ways) and the ring's stages. Part of the key: each is a kernel.
+struct TileConfig {
+  int block_n = 64;
+  int warps_m = 4;
+  int warps_n = 1;
+  int stages = 2;
+
+  bool operator==(const TileConfig&) const = default;
+  int block_m() const { return 16 * warps_m; }
+  int threads() const { return 32 * warps_m * warps_n; }
+  std::string describe() const;  // "n64 w4x1 s2"
+  // Parses describe()'s text; nothing where it is not one.
+  static std::optional<TileConfig> parse(const std::string& text);
+};
 
 struct KernelKey {
   int head_dim_qk = 0;
@@ -19,9 +36,12 @@ struct KernelKey {
   DType kv_dtype = DType::bf16;  // the cache
   std::string score_mod;      // the kernel-side text (VariantExpr::cuda_source), empty: off
   std::string mask_mod;
+  TileConfig tile;  // the tensor-core template's; unused by warp_row
 
+  // Tensor cores take both operands in one dtype: q and cache alike run mma_tile, else warp_row.
+  bool tensor_cores() const { return dtype == kv_dtype; }
   bool operator==(const KernelKey&) const = default;
-  // "warp_row d128/128 g4 p16 bf16", plus the variants where set.
+  // "mma_tile d128/128 g4 p16 bf16 kv bf16 n64 w4x1 s2" (or "warp_row ..."), plus the variants.
   std::string describe() const;
 };
 
@@ -29,7 +49,17 @@ struct KernelKey {
 // kernel-side text); throws attnkit::Error where the jit backend does not serve them.
 KernelKey kernel_key_for(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype);
 
-// The CUDA source of the warp-row kernel for `key`; its entry point is extern "C" attend.
+// warp_row's CTA: a warp a query row, the group's heads on its warps.
+inline constexpr int kWarpRowThreads = 128;
+
+// The CUDA source of `key`'s kernel: mma_tile (entry points attend and merge) where
+// key.tensor_cores(), else warp_row (attend).
+std::string render(const KernelKey& key);
 std::string render_warp_row(const KernelKey& key);
+std::string render_mma_tile(const KernelKey& key);
+
+// Shared memory the mma_tile kernel of `key` is launched with: Q, then the ring of K/V stages, or
+// the epilogue's fp32 O where that is larger (the template asserts its own sum fits).
+size_t mma_tile_smem_bytes(const KernelKey& key);
 
 }  // namespace attnkit::jit

@@ -1,10 +1,14 @@
 // The `jit` backend against `reference` through the harness (fresh random inputs, poisoned
 // outputs, every element compared): the head dims the ahead-of-time backends lack, qk and vo
 // apart, GQA and MQA, page sizes, mixed dtypes, and the user variants (ALiBi, a document mask,
-// a prefix-LM mask, soft-cap through score_mod) on decode, extend and mixed batches.
+// a prefix-LM mask, soft-cap through score_mod) on decode, extend and mixed batches, the
+// tuner's choice and every tile it may choose.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "attnkit/registry.h"
+#include "backends/jit/config.h"
 #include "gpu_test.h"
 #include "harness/check.h"
 #include "param_name.h"
@@ -42,7 +46,40 @@ std::vector<harness::CheckCase> cases() {
   c[7].spec.causal = false;  // the prefix-LM mask decides alone
   c[2].q_dtype = DType::f16;
   c[2].kv_dtype = DType::bf16;
+  // Tensor-core cases: split-KV (one long request cannot fill the GPU alone), speculative rows,
+  // a long full prefill, sinks with a window and soft-cap, f16, a head dim that is not a multiple of 16.
+  c.push_back(jit_case("d128 long decode split", 32, 8, 128, 128, 16, {{9000, 1}, {40, 1}}));
+  c.push_back(jit_case("d128 group 8 two tokens", 64, 8, 128, 128, 16, {{3000, 2}, {100, 2}}));
+  c.push_back(jit_case("d128 full prefill", 16, 4, 128, 128, 64, {{0, 700}, {200, 90}}));
+  c.back().spec.causal = false;
+  c.push_back(jit_case("d64 sinks window soft-cap", 8, 2, 64, 64, 16, {{500, 1}, {0, 300}, {2000, 3}}));
+  c.back().spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, 1.5f, -3.0f, 0.25f, 4.0f};
+  c.back().spec.window_left = 127;
+  c.back().spec.logits_soft_cap = 30.0f;
+  c.push_back(jit_case("d72 f16 mixed", 12, 4, 72, 72, 32, {{1200, 1}, {0, 150}}));
+  c.back().q_dtype = DType::f16;
+  c.back().kv_dtype = DType::f16;
   return c;
+}
+
+// Every tile the tuner may pick, pinned in turn, on the cases that reach each of the template's paths.
+std::vector<std::pair<int, jit::TileConfig>> tile_cases() {
+  std::vector<std::pair<int, jit::TileConfig>> out;
+  jit::KernelKey d128;
+  d128.head_dim_qk = d128.head_dim_vo = 128;
+  std::vector<jit::TileConfig> tiles = jit::tile_candidates(d128, true);
+  for (const jit::TileConfig& t : jit::tile_candidates(d128, false)) tiles.push_back(t);
+  const std::vector<std::string> labels = {"d128 gqa decode", "d128 extend with prefix", "d128 long decode split",
+                                           "d64 sinks window soft-cap", "d128 document mask extend"};
+  const std::vector<harness::CheckCase> all = cases();
+  for (const jit::TileConfig& t : tiles) {
+    for (const std::string& l : labels) {
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (all[i].label == l) out.push_back({static_cast<int>(i), t});
+      }
+    }
+  }
+  return out;
 }
 
 class JitConformance : public ::testing::TestWithParam<int> {};
@@ -57,6 +94,30 @@ TEST_P(JitConformance, MatchesReference) {
   EXPECT_TRUE(r.passed) << harness::describe(c) << ": rel error " << r.rel_err << " > " << r.tolerance << "; "
                         << r.message;
 }
+
+std::string tile_case_name(int param) {
+  const auto [index, tile] = tile_cases()[static_cast<size_t>(param)];
+  return attnkit::testing::param_name(cases()[static_cast<size_t>(index)].label + " " + tile.describe());
+}
+
+class JitTiles : public ::testing::TestWithParam<int> {};
+
+TEST_P(JitTiles, EveryTileMatchesReference) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const std::string why = Registry::global().get("jit").why_unavailable();
+  if (!why.empty()) GTEST_SKIP() << "jit: " << why;
+  const auto [index, tile] = tile_cases()[static_cast<size_t>(GetParam())];
+  const harness::CheckCase c = cases()[static_cast<size_t>(index)];
+  ::setenv("ATTNKIT_JIT_TILE", tile.describe().c_str(), 1);
+  const harness::CheckResult r = harness::run_check("jit", c);
+  ::unsetenv("ATTNKIT_JIT_TILE");
+  ASSERT_TRUE(r.skipped.empty()) << r.skipped;
+  EXPECT_TRUE(r.passed) << harness::describe(c) << " on " << tile.describe() << ": rel error " << r.rel_err << " > "
+                        << r.tolerance << "; " << r.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, JitTiles, ::testing::Range(0, static_cast<int>(tile_cases().size())),
+                         [](const auto& info) { return tile_case_name(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Shapes, JitConformance, ::testing::Range(0, static_cast<int>(cases().size())),
                          [](const auto& info) {

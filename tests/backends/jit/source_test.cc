@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/jit/config.h"
 #include "backends/jit/nvrtc.h"
 #include "core/variant_expr.h"
 
@@ -46,8 +47,26 @@ TEST(JitSource, EveryKindOfKeyCompilesForSm90a) {
   variants.mask_mod = VariantExpr::parse("kv_pos / 512 == q_pos / 512 || kv_pos < 4", "m").cuda_source();
   keys.push_back(variants);
   for (const KernelKey& k : keys) {
-    const std::vector<char> cubin = nvrtc->compile_cubin(render_warp_row(k), k.describe(), "sm_90a", {});
+    const std::vector<char> cubin = nvrtc->compile_cubin(render(k), k.describe(), "sm_90a", {});
     EXPECT_GT(cubin.size(), 1000u) << k.describe();
+  }
+}
+
+TEST(JitSource, EveryTileCandidateCompilesForSm90a) {
+  std::string why;
+  const Nvrtc* nvrtc = Nvrtc::get(&why);
+  if (!nvrtc) GTEST_SKIP() << why;
+  for (const KernelKey& base : {key(128, 128, 4, 16, DType::bf16, DType::bf16), key(96, 96, 2, 1, DType::f16, DType::f16),
+                                key(256, 256, 8, 64, DType::bf16, DType::bf16), key(192, 128, 1, 32, DType::bf16, DType::bf16)}) {
+    for (bool decode : {true, false}) {
+      for (const TileConfig& t : tile_candidates(base, decode)) {
+        KernelKey k = base;
+        k.tile = t;
+        EXPECT_LE(mma_tile_smem_bytes(k), kMaxSharedBytes) << k.describe();
+        const std::vector<char> cubin = nvrtc->compile_cubin(render(k), k.describe(), "sm_90a", {});
+        EXPECT_GT(cubin.size(), 1000u) << k.describe();
+      }
+    }
   }
 }
 

@@ -3,13 +3,14 @@
 // lane scores one key of a 32-key tile (q is in shared memory), the warp keeps the online softmax
 // and every lane accumulates head_dim_vo / 32 output columns from the coalesced V rows. Paged K/V,
 // causal, window, soft-cap, sinks and the user's score_mod / mask_mod; any head dims up to 256,
-// qk and vo apart. A correct, readable base on CUDA cores; tensor-core templates are the next step.
+// qk and vo apart, and q and cache of different dtypes (which tensor cores cannot mix: mma_tile.h
+// serves the rest). Plain CUDA cores: correct and readable, not fast.
 // The source needs no header (NVRTC compiles it alone): dtype conversions are inline PTX.
 #pragma once
 
 namespace attnkit::jit {
 
-// $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, Q_BF16 / KV_BF16 (1: bf16, 0: f16),
+// $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, WARPS, Q_BF16 / KV_BF16 (1: bf16, 0: f16),
 // ELEM (the dtypes in words),
 // SCORE_MOD, MASK_MOD (expressions in the kernel's variables; "score" and "true" when off).
 inline constexpr const char* kWarpRowTemplate = R"CUDA(
@@ -18,7 +19,7 @@ inline constexpr const char* kWarpRowTemplate = R"CUDA(
 #define HEAD_DIM_VO $HEAD_DIM_VO
 #define GROUP $GROUP
 #define PAGE_SIZE $PAGE_SIZE
-#define WARPS 4
+#define WARPS $WARPS
 #define NEG_INF __int_as_float(0xff800000)
 #define QK_PER_LANE ((HEAD_DIM_QK + 31) / 32)
 #define VO_PER_LANE ((HEAD_DIM_VO + 31) / 32)

@@ -1,0 +1,350 @@
+// The `jit` backend's tensor-core template, rendered by source.cc and compiled by NVRTC: one CTA a
+// work item (a block of BLOCK_M query rows of one request and one KV head, over one KV range), the
+// rows GQA-packed (token-major, the group's heads minor), K/V tiles of BLOCK_N keys gathered from
+// the paged pool into a ring of STAGES shared-memory stages with cp.async, both products on
+// `mma.sync.m16n8k16` (sm_80+). The warps form a WARPS_M x WARPS_N grid: WARPS_M splits the rows
+// (16 each; prefill), WARPS_N splits each tile's keys (decode: few rows, many keys), each warp
+// keeping its own online softmax, joined through shared memory at the end. A work item over part
+// of the KV range (split-KV) writes a normalised partial and its log-sum-exp; `merge` joins them.
+// The source needs no header (NVRTC compiles it alone): every PTX instruction is inline.
+#pragma once
+
+namespace attnkit::jit {
+
+// $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, BF16 (1: bf16, 0: f16; q, cache
+// and out share it), BLOCK_N, WARPS_M, WARPS_N, STAGES, SMEM_BYTES (what the host launches with),
+// ELEM and CONFIG (words), SCORE_MOD, MASK_MOD, HAS_MASK_MOD.
+inline constexpr const char* kMmaTileTemplate = R"CUDA(
+// attnkit jit: mma_tile, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM, $CONFIG
+#define HEAD_DIM_QK $HEAD_DIM_QK
+#define HEAD_DIM_VO $HEAD_DIM_VO
+#define GROUP $GROUP
+#define PAGE_SIZE $PAGE_SIZE
+#define BLOCK_N $BLOCK_N
+#define WARPS_M $WARPS_M
+#define WARPS_N $WARPS_N
+#define STAGES $STAGES
+#define HAS_MASK_MOD $HAS_MASK_MOD
+#define NEG_INF __int_as_float(0xff800000)
+#define LOG2E 1.4426950408889634f
+
+#define DQK ((HEAD_DIM_QK + 15) / 16 * 16)  // the k steps of S = Q K^T, zero-filled past HEAD_DIM_QK
+#define DVO ((HEAD_DIM_VO + 15) / 16 * 16)
+// A shared row is 16 bytes longer than its data: the 8 rows one ldmatrix reads fall in 8 bank groups.
+#define KSTRIDE (DQK + 8)
+#define VSTRIDE (DVO + 8)
+#define BLOCK_M (16 * WARPS_M)
+#define THREADS (32 * WARPS_M * WARPS_N)
+#define NW (BLOCK_N / WARPS_N)        // keys of a tile one warp scores
+#define Q_IN_REGS (DQK <= 128)        // Q's fragments kept in registers (d256 reads them from shared)
+
+// Shared memory, in bytes: Q, then STAGES x (K tile, V tile); the epilogue reuses it from 0 for each
+// warp's unnormalised O, row max and row sum.
+#define Q_BYTES (BLOCK_M * KSTRIDE * 2)
+#define K_BYTES (BLOCK_N * KSTRIDE * 2)
+#define STAGE_BYTES (K_BYTES + BLOCK_N * VSTRIDE * 2)
+#define EPILOGUE_BYTES (WARPS_N * BLOCK_M * (DVO + 2) * 4)
+#define MAIN_BYTES (Q_BYTES + STAGES * STAGE_BYTES)
+static_assert((MAIN_BYTES > EPILOGUE_BYTES ? MAIN_BYTES : EPILOGUE_BYTES) <= $SMEM_BYTES, "the host's shared-memory size is short");
+static_assert(NW % 16 == 0, "a warp's keys are whole k steps of P V");
+static_assert(STAGES >= 2, "a ring needs two stages");
+
+typedef unsigned short elem;
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  unsigned r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// 16 bytes global -> shared; `ok` false writes zeros (keys past the range, columns past the head dim).
+__device__ __forceinline__ void copy16(unsigned dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm4(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm4_t(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// c (16x8 fp32) += a (16x16) * b (16x8), the m16n8k16 fragment layouts.
+__device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+#if $BF16
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+#endif
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded into one register: `lo` in the low half (the lower column).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+#if $BF16
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+  return r;
+}
+
+__device__ __forceinline__ float score_mod(float score, int q_pos, int kv_pos, int head, int kv_head, int request,
+                                           int q_len, int kv_len) {
+  return $SCORE_MOD;
+}
+
+__device__ __forceinline__ bool mask_mod(int q_pos, int kv_pos, int head, int kv_head, int request, int q_len,
+                                         int kv_len) {
+  return $MASK_MOD;
+}
+
+// items: [n][8] = request, first packed row, KV begin, KV end, partial row (-1: the item writes the
+// output itself), unused. requests: [batch][4] = first new token, prefix length, KV length, first
+// page-table entry. q [tokens][heads][HEAD_DIM_QK], out [tokens][heads][HEAD_DIM_VO].
+extern "C" __global__ void __launch_bounds__(THREADS)
+attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restrict__ k_pool,
+       const elem* __restrict__ v_pool, const int* __restrict__ items, const int* __restrict__ requests,
+       const int* __restrict__ page_indices, const float* __restrict__ sinks, float* __restrict__ o_part,
+       float* __restrict__ lse_part, float sm_scale, float soft_cap, int window_left, int causal) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int* item = items + 8 * blockIdx.x;
+  const int request = item[0], row0 = item[1], kv_lo = item[2], kv_hi = item[3], partial_row = item[4];
+  const int kv_head = blockIdx.y, num_kv_heads = gridDim.y, num_qo_heads = num_kv_heads * GROUP;
+  const int qo_start = requests[4 * request + 0];
+  const int prefix = requests[4 * request + 1];
+  const int kv_len = requests[4 * request + 2];
+  const int* pages = page_indices + requests[4 * request + 3];
+  const int q_len = kv_len - prefix;
+  const int rows = q_len * GROUP;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+  elem* s_q = reinterpret_cast<elem*>(smem);
+
+  for (int c = tid; c < BLOCK_M * (DQK / 8); c += THREADS) {
+    const int r = c / (DQK / 8), cc = c % (DQK / 8), p = row0 + r;
+    const bool ok = p < rows && cc * 8 < HEAD_DIM_QK;
+    const elem* src = ok ? q + ((long long)(qo_start + p / GROUP) * num_qo_heads + kv_head * GROUP + p % GROUP) * HEAD_DIM_QK + cc * 8 : q;
+    copy16(smem_addr(s_q + r * KSTRIDE + cc * 8), src, ok);
+  }
+  const int num_tiles = (kv_hi - kv_lo + BLOCK_N - 1) / BLOCK_N;
+  auto load_tile = [&](int j) {
+    elem* s_k = reinterpret_cast<elem*>(smem + Q_BYTES + (j % STAGES) * STAGE_BYTES);
+    elem* s_v = reinterpret_cast<elem*>(smem + Q_BYTES + (j % STAGES) * STAGE_BYTES + K_BYTES);
+    const int t0 = kv_lo + j * BLOCK_N;
+    for (int c = tid; c < BLOCK_N * (DQK / 8); c += THREADS) {
+      const int r = c / (DQK / 8), cc = c % (DQK / 8), t = t0 + r;
+      const bool ok = t < kv_hi && cc * 8 < HEAD_DIM_QK;
+      const long long slot = ok ? (long long)pages[t / PAGE_SIZE] * PAGE_SIZE + t % PAGE_SIZE : 0;
+      copy16(smem_addr(s_k + r * KSTRIDE + cc * 8), k_pool + (slot * num_kv_heads + kv_head) * HEAD_DIM_QK + cc * 8, ok);
+    }
+    for (int c = tid; c < BLOCK_N * (DVO / 8); c += THREADS) {
+      const int r = c / (DVO / 8), cc = c % (DVO / 8), t = t0 + r;
+      const bool ok = t < kv_hi && cc * 8 < HEAD_DIM_VO;
+      const long long slot = ok ? (long long)pages[t / PAGE_SIZE] * PAGE_SIZE + t % PAGE_SIZE : 0;
+      copy16(smem_addr(s_v + r * VSTRIDE + cc * 8), v_pool + (slot * num_kv_heads + kv_head) * HEAD_DIM_VO + cc * 8, ok);
+    }
+  };
+  for (int j = 0; j < STAGES - 1; ++j) {  // Q travels in the first group
+    if (j < num_tiles) load_tile(j);
+    commit();
+  }
+
+  // This lane's two rows (r and r + 8 of its warp's 16) and what the masks need of them.
+  int q_pos[2], head[2];
+  for (int i = 0; i < 2; ++i) {
+    const int p = row0 + wm * 16 + lane / 4 + 8 * i;
+    q_pos[i] = prefix + p / GROUP;
+    head[i] = kv_head * GROUP + p % GROUP;
+  }
+  // The block's first and last query positions: a tile every row sees whole needs no mask.
+  const int last_row = min(rows, row0 + BLOCK_M) - 1;
+  const int q_first = prefix + row0 / GROUP, q_last = prefix + last_row / GROUP;
+
+  float o[DVO / 8][4];
+  for (int n = 0; n < DVO / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+#if Q_IN_REGS
+  unsigned qf[DQK / 16][4];
+#endif
+  const unsigned q_lane = smem_addr(s_q + (wm * 16 + lane % 8 + ((lane / 8) % 2) * 8) * KSTRIDE + (lane / 16) * 8);
+
+  for (int j = 0; j < num_tiles; ++j) {
+    wait_groups<STAGES - 2>();
+    __syncthreads();  // tile j landed for every thread, and tile j - 1's stage is free to refill
+    if (j + STAGES - 1 < num_tiles) load_tile(j + STAGES - 1);
+    commit();
+#if Q_IN_REGS
+    if (j == 0) {
+      for (int kk = 0; kk < DQK / 16; ++kk) ldsm4(qf[kk], q_lane + kk * 32);
+    }
+#endif
+    const unsigned char* stage = smem + Q_BYTES + (j % STAGES) * STAGE_BYTES;
+    const unsigned k_lane = smem_addr(stage) + ((wn * NW + lane % 8 + (lane / 16) * 8) * KSTRIDE + ((lane / 8) % 2) * 8) * 2;
+    const unsigned v_lane = smem_addr(stage + K_BYTES) + ((wn * NW + lane % 8 + ((lane / 8) % 2) * 8) * VSTRIDE + (lane / 16) * 8) * 2;
+
+    float s[NW / 8][4];
+    for (int n = 0; n < NW / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < DQK / 16; ++kk) {
+#if Q_IN_REGS
+      const unsigned* a = qf[kk];
+#else
+      unsigned a[4];
+      ldsm4(a, q_lane + kk * 32);
+#endif
+#pragma unroll
+      for (int n2 = 0; n2 < NW / 16; ++n2) {
+        unsigned b[4];
+        ldsm4(b, k_lane + (n2 * 16 * KSTRIDE + kk * 16) * 2);
+        mma(s[2 * n2], a, b[0], b[1]);
+        mma(s[2 * n2 + 1], a, b[2], b[3]);
+      }
+    }
+
+    const int t0 = kv_lo + j * BLOCK_N;
+    const bool whole = !HAS_MASK_MOD && t0 + BLOCK_N <= kv_hi && (!causal || t0 + BLOCK_N - 1 <= q_first) &&
+                       (window_left < 0 || t0 >= q_last - window_left);
+#pragma unroll
+    for (int n = 0; n < NW / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2, kv_pos = t0 + wn * NW + n * 8 + 2 * (lane % 4) + e % 2;
+        float x = s[n][e] * sm_scale;
+        if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+        x = score_mod(x, q_pos[i], kv_pos, head[i], kv_head, request, q_len, kv_len);
+        if (!whole) {
+          const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= q_pos[i]) &&
+                            (window_left < 0 || kv_pos >= q_pos[i] - window_left) &&
+                            mask_mod(q_pos[i], kv_pos, head[i], kv_head, request, q_len, kv_len);
+          if (!seen) x = NEG_INF;
+        }
+        s[n][e] = x;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = m[i];
+      for (int n = 0; n < NW / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == NEG_INF ? 0.0f : mx * LOG2E;  // a row that sees nothing yet stays zero
+      const float alpha = exp2f(m[i] * LOG2E - base);
+      m[i] = mx;
+      l[i] *= alpha;
+      for (int n = 0; n < DVO / 8; ++n) {
+        o[n][2 * i] *= alpha;
+        o[n][2 * i + 1] *= alpha;
+      }
+      for (int n = 0; n < NW / 8; ++n) {
+        s[n][2 * i] = exp2f(s[n][2 * i] * LOG2E - base);
+        s[n][2 * i + 1] = exp2f(s[n][2 * i + 1] * LOG2E - base);
+        l[i] += s[n][2 * i] + s[n][2 * i + 1];
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < NW / 16; ++kk) {
+      const unsigned a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
+                             pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int n2 = 0; n2 < DVO / 16; ++n2) {
+        unsigned b[4];
+        ldsm4_t(b, v_lane + (kk * 16 * VSTRIDE + n2 * 16) * 2);
+        mma(o[2 * n2], a, b[0], b[1]);
+        mma(o[2 * n2 + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  // Epilogue: each warp's O, max and sum to shared memory; the block joins its WARPS_N parts.
+  wait_groups<0>();
+  __syncthreads();
+  float* e_o = reinterpret_cast<float*>(smem);  // [WARPS_N][BLOCK_M][DVO]
+  float* e_m = e_o + WARPS_N * BLOCK_M * DVO;   // [WARPS_N][BLOCK_M]
+  float* e_l = e_m + WARPS_N * BLOCK_M;
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const int r = wm * 16 + lane / 4 + 8 * i;
+    if (lane % 4 == 0) {
+      e_m[wn * BLOCK_M + r] = m[i];
+      e_l[wn * BLOCK_M + r] = l[i];
+    }
+    for (int n = 0; n < DVO / 8; ++n) {
+      float* dst = e_o + (wn * BLOCK_M + r) * DVO + n * 8 + 2 * (lane % 4);
+      dst[0] = o[n][2 * i];
+      dst[1] = o[n][2 * i + 1];
+    }
+  }
+  __syncthreads();
+  for (int c = tid; c < BLOCK_M * (HEAD_DIM_VO / 2); c += THREADS) {
+    const int r = c / (HEAD_DIM_VO / 2), col = 2 * (c % (HEAD_DIM_VO / 2)), p = row0 + r;
+    if (p >= rows) continue;
+    float mx = NEG_INF;
+    for (int w = 0; w < WARPS_N; ++w) mx = fmaxf(mx, e_m[w * BLOCK_M + r]);
+    float sum = 0.0f, x0 = 0.0f, x1 = 0.0f;
+    if (mx != NEG_INF) {
+      for (int w = 0; w < WARPS_N; ++w) {
+        const float f = exp2f((e_m[w * BLOCK_M + r] - mx) * LOG2E);
+        sum += e_l[w * BLOCK_M + r] * f;
+        x0 += e_o[(w * BLOCK_M + r) * DVO + col] * f;
+        x1 += e_o[(w * BLOCK_M + r) * DVO + col + 1] * f;
+      }
+    }
+    const int h = kv_head * GROUP + p % GROUP;
+    if (partial_row < 0) {
+      if (sinks != nullptr && mx != NEG_INF) sum += expf(sinks[h] - mx);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees nothing is zero
+      const long long token = qo_start + p / GROUP;
+      *reinterpret_cast<unsigned*>(out + (token * num_qo_heads + h) * HEAD_DIM_VO + col) = pack2(x0 * inv, x1 * inv);
+    } else {
+      const long long pr = (long long)(partial_row + r) * num_kv_heads + kv_head;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      o_part[pr * HEAD_DIM_VO + col] = x0 * inv;
+      o_part[pr * HEAD_DIM_VO + col + 1] = x1 * inv;
+      if (col == 0) lse_part[pr] = sum > 0.0f ? mx + logf(sum) : NEG_INF;
+    }
+  }
+}
+
+// merges: [n][8] = request, first packed row, rows, splits, first partial row (split s's rows start
+// s * BLOCK_M later), unused. One CTA a (merge, KV head): the splits' partials weighted by their
+// log-sum-exp, the sink (where the layer has one) joining the sum once.
+extern "C" __global__ void __launch_bounds__(128)
+merge(elem* __restrict__ out, const float* __restrict__ o_part, const float* __restrict__ lse_part,
+      const int* __restrict__ merges, const int* __restrict__ requests, const float* __restrict__ sinks) {
+  const int* mg = merges + 8 * blockIdx.x;
+  const int request = mg[0], row0 = mg[1], n_rows = mg[2], splits = mg[3], base = mg[4];
+  const int kv_head = blockIdx.y, num_kv_heads = gridDim.y, num_qo_heads = num_kv_heads * GROUP;
+  const int qo_start = requests[4 * request + 0];
+  for (int c = threadIdx.x; c < n_rows * (HEAD_DIM_VO / 2); c += blockDim.x) {
+    const int r = c / (HEAD_DIM_VO / 2), col = 2 * (c % (HEAD_DIM_VO / 2)), p = row0 + r;
+    float mx = NEG_INF;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_part[(long long)(base + s * BLOCK_M + r) * num_kv_heads + kv_head]);
+    float sum = 0.0f, x0 = 0.0f, x1 = 0.0f;
+    if (mx != NEG_INF) {
+      for (int s = 0; s < splits; ++s) {
+        const long long pr = (long long)(base + s * BLOCK_M + r) * num_kv_heads + kv_head;
+        const float w = expf(lse_part[pr] - mx);
+        sum += w;
+        x0 += w * o_part[pr * HEAD_DIM_VO + col];
+        x1 += w * o_part[pr * HEAD_DIM_VO + col + 1];
+      }
+    }
+    const int h = kv_head * GROUP + p % GROUP;
+    if (sinks != nullptr && mx != NEG_INF) sum += expf(sinks[h] - mx);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const long long token = qo_start + p / GROUP;
+    *reinterpret_cast<unsigned*>(out + (token * num_qo_heads + h) * HEAD_DIM_VO + col) = pack2(x0 * inv, x1 * inv);
+  }
+}
+)CUDA";
+
+}  // namespace attnkit::jit

@@ -1,0 +1,37 @@
+// The `jit` backend's autotuner: for a kernel key (its tile aside) and a shape bucket, the tile
+// configuration to run, found once by measuring every candidate (config.h: tile_candidates) on the
+// batch at hand and keeping the fastest, in memory and in the disk cache beside the modules (keyed
+// by the architecture and NVRTC's version too), so later processes start tuned.
+// ATTNKIT_JIT_TILE="n64 w4x1 s2" pins one tile instead (no measuring), for every key it fits.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backends/jit/disk_cache.h"
+#include "backends/jit/source.h"
+
+namespace attnkit::jit {
+
+// The bucket a batch falls in: its phase shape and the powers of two of its rows and keys.
+std::string shape_bucket(bool decode, int64_t packed_rows, int64_t kv_tokens);
+
+class TileTuner {
+ public:
+  static TileTuner& global();
+  // `measure` returns a candidate's time in ms (infinity where it cannot run); called only when
+  // the choice is neither pinned, remembered nor on disk. `tuned`, where given, is set to whether
+  // measuring happened now.
+  TileConfig choose(const KernelKey& base, const std::string& bucket, const std::string& arch, bool decode,
+                    const std::function<double(const TileConfig&)>& measure, bool* tuned = nullptr);
+
+ private:
+  TileTuner();
+  std::mutex mutex_;
+  DiskCache disk_;
+  std::map<std::string, TileConfig> chosen_;
+};
+
+}  // namespace attnkit::jit
