@@ -15,7 +15,10 @@ namespace attnkit {
 
 // Throws attnkit::Error where the jit backend does not serve the layer (MLA, a head dim that is
 // not a multiple of 8 up to 256, a dtype other than bf16 / f16) or a variant does not parse.
-std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype);
+// `tile` ("n32 w4x1 m2 s3", as ATTNKIT_JIT_TILE and the tuner's log write it) picks the tensor-core
+// template's tile; empty: the first the tuner measures for prefill.
+std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype,
+                              const std::string& tile = "");
 
 // One kernel of a warmup: what it is, whether it was compiled now (else found in the disk cache)
 // and the time that took.

@@ -237,6 +237,12 @@ TEST(Cli, JitShowsTheSourceItCompiles) {
   EXPECT_NE(r.output.find("#define GROUP 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("#define PAGE_SIZE 64"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("return ((kv_pos / 64) == (q_pos / 64));"), std::string::npos) << r.output;
+  const Outcome tiled = run_tool("jit --show --preset qwen3-0.6b --tile 'n32 w4x1 m2 s3'");
+  EXPECT_EQ(tiled.status, 0) << tiled.output;
+  EXPECT_NE(tiled.output.find("#define M_TILES 2"), std::string::npos) << tiled.output;
+  const Outcome bad_tile = run_tool("jit --show --preset qwen3-0.6b --tile 'n32 w4'");
+  EXPECT_EQ(bad_tile.status, 1) << bad_tile.output;
+  EXPECT_NE(bad_tile.output.find("jit: tile 'n32 w4' is not one"), std::string::npos) << bad_tile.output;
   const Outcome mla = run_tool("jit --show --preset deepseek-v3");
   EXPECT_EQ(mla.status, 1) << mla.output;
   EXPECT_NE(mla.output.find("jit: MLA"), std::string::npos) << mla.output;
@@ -245,18 +251,20 @@ TEST(Cli, JitShowsTheSourceItCompiles) {
 TEST(Cli, WarmupCompilesOnceIntoTheDiskCacheWithoutAGpu) {
   const std::string dir = ::testing::TempDir() + "attnkit-warmup-" + std::to_string(::getpid());
   ::setenv("ATTNKIT_CACHE_DIR", dir.c_str(), 1);
-  const std::string args = "warmup --preset qwen3-0.6b --arch sm_90 --page-sizes 16,64 --score-mod 'score * 0.5f'";
+  const std::string args = "warmup --preset qwen3-0.6b --arch sm_90 --page-sizes 16 --score-mod 'score * 0.5f'";
   const Outcome first = run_tool(args);
   if (first.output.find("without CUDA") != std::string::npos || first.output.find("NVRTC was not found") != std::string::npos) {
     ::unsetenv("ATTNKIT_CACHE_DIR");
     GTEST_SKIP() << first.output;
   }
   EXPECT_EQ(first.status, 0) << first.output;
-  EXPECT_NE(first.output.find("[1/1] warp_row d128/128 g2 p16 bf16 kv bf16 score_mod (score * 0.5f) for sm_90: compiled in"),
+  // Every tile the tuner may measure, decode- and prefill-shaped.
+  EXPECT_NE(first.output.find("[1/10] mma_tile d128/128 g2 p16 bf16 kv bf16 n64 w1x4 m1 s4 score_mod (score * 0.5f) "
+                              "for sm_90: compiled in"),
             std::string::npos) << first.output;
-  EXPECT_NE(first.output.find("2 compiled, 0 already on disk"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("10 compiled, 0 already on disk"), std::string::npos) << first.output;
   const Outcome second = run_tool(args);
-  EXPECT_NE(second.output.find("0 compiled, 2 already on disk"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("0 compiled, 10 already on disk"), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("cache: " + dir), std::string::npos) << second.output;
   ::unsetenv("ATTNKIT_CACHE_DIR");
   std::filesystem::remove_all(dir);

@@ -22,6 +22,7 @@ std::function<int()> add_jit(CLI::App& app) {
     int page_size = 16;
     std::string dtype = "bf16";
     std::string kv_dtype = "bf16";
+    std::string tile;
     bool show = false;
   };
   auto o = std::make_shared<Options>();
@@ -32,6 +33,7 @@ std::function<int()> add_jit(CLI::App& app) {
   cmd->add_option("--page-size", o->page_size, "Tokens a page")->check(whole_number(1, 256));
   cmd->add_option("--dtype", o->dtype, "q and out dtype")->check(CLI::IsMember({"bf16", "f16"}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype")->check(CLI::IsMember({"bf16", "f16"}));
+  cmd->add_option("--tile", o->tile, "The tensor-core template's tile, e.g. 'n32 w4x1 m2 s3' (default: the first tuned)");
   return [o] {
     const ModelSpec model = with_edits(make_preset(o->preset), o->edits);
     const AttentionSpec& spec = model.layer(o->layer);
@@ -39,7 +41,7 @@ std::function<int()> add_jit(CLI::App& app) {
     cache.page_size = o->page_size;
     cache.dtype = parse_dtype(o->kv_dtype);
     cache.device = Device::cuda;
-    std::cout << jit_kernel_source(spec, cache, parse_dtype(o->dtype));
+    std::cout << jit_kernel_source(spec, cache, parse_dtype(o->dtype), o->tile);
     return 0;
   };
 }

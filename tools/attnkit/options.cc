@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -100,6 +101,8 @@ void add_threads_option(CLI::App& cmd) {
 
 void add_model_options(CLI::App& cmd, ModelEdits* edits) {
   cmd.add_option("--heads", edits->heads, "Query heads of every layer (default: the preset's)")->check(whole_number(1, 1024));
+  cmd.add_option("--head-dim", edits->head_dim,
+                 "Head dim of every layer, QK or QK/VO (e.g. 96, 192/128; default: the preset's)");
   cmd.add_option("--score-mod", edits->score_mod,
                  "A C++ expression that rewrites each scaled logit, e.g. 'score - 0.0625f * (q_pos - kv_pos)' (ALiBi)");
   cmd.add_option("--mask-mod", edits->mask_mod,
@@ -107,7 +110,23 @@ void add_model_options(CLI::App& cmd, ModelEdits* edits) {
 }
 
 ModelSpec with_edits(ModelSpec model, const ModelEdits& edits) {
+  int dk = 0, dv = 0;
+  if (!edits.head_dim.empty()) {
+    int used = 0;
+    const char* text = edits.head_dim.c_str();
+    const bool one = std::sscanf(text, "%d%n", &dk, &used) == 1 && text[used] == '\0';
+    const bool two = !one && std::sscanf(text, "%d/%d%n", &dk, &dv, &used) == 2 && text[used] == '\0';
+    ATTNKIT_CHECK((one || two) && dk > 0 && (one || dv > 0),
+                  "--head-dim: expected QK or QK/VO (e.g. 96 or 192/128), got '", edits.head_dim, "'");
+    if (one) dv = dk;
+  }
   for (AttentionSpec& s : model.layers) {
+    if (dk != 0) {
+      ATTNKIT_CHECK(!s.is_mla(), "--head-dim: the preset's layers are MLA, whose head dims are fixed");
+      s.head_dim_qk = dk;
+      s.head_dim_vo = dv;
+      s.sm_scale = 0.0f;  // the default, 1 / sqrt(head_dim_qk), for the new head dim
+    }
     if (edits.heads != 0) {
       ATTNKIT_CHECK(edits.heads % s.num_kv_heads == 0, "--heads must be a multiple of the preset's ", s.num_kv_heads,
                     " KV heads, got ", edits.heads);
@@ -119,6 +138,7 @@ ModelSpec with_edits(ModelSpec model, const ModelEdits& edits) {
     s.validate();
   }
   if (edits.heads != 0) model.name += "-h" + std::to_string(edits.heads);
+  if (dk != 0) model.name += "-d" + edits.head_dim;
   return model;
 }
 

@@ -34,6 +34,7 @@ void add_cpu_target_option(CLI::App& cmd);
 // --score-mod / --mask-mod (user-defined variants on every layer, AttentionSpec::score_mod).
 struct ModelEdits {
   int heads = 0;
+  std::string head_dim;  // "QK" or "QK/VO"; empty: the preset's
   std::string score_mod;
   std::string mask_mod;
 };

@@ -8,6 +8,7 @@
 
 #include "attnkit/error.h"
 #include "attnkit/jit.h"
+#include "backends/jit/config.h"
 #include "backends/jit/nvrtc.h"
 #include "cuda/check.h"
 #include "cuda/memory.h"
@@ -126,9 +127,22 @@ std::vector<JitWarmup> jit_warmup(const ModelSpec& model, const KvCacheConfig& c
                                   const std::string& arch,
                                   const std::function<void(const JitWarmup&, int, int)>& progress) {
   std::vector<jit::KernelKey> keys;
+  // Every tile the tuner may measure, for decode- and prefill-shaped batches alike.
+  const auto add = [&keys](const jit::KernelKey& k) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  };
   for (int l = 0; l < model.num_layers(); ++l) {
     jit::KernelKey k = jit::kernel_key_for(model.layer(l), cache, q_dtype);
-    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
+    if (!k.tensor_cores()) {
+      add(k);
+      continue;
+    }
+    for (bool decode : {true, false}) {
+      for (const jit::TileConfig& t : jit::tile_candidates(k, decode)) {
+        k.tile = t;
+        add(k);
+      }
+    }
   }
   const std::string target = arch.empty() ? jit::ModuleCache::device_arch() : arch;
   std::vector<JitWarmup> done;

@@ -7,7 +7,9 @@
 #include "attnkit/jit.h"
 #include "attnkit/registry.h"
 #include "backends/jit/config.h"
+#include "backends/jit/kernels/mma_ptx.h"
 #include "backends/jit/kernels/mma_tile.h"
+#include "backends/jit/kernels/variants.h"
 #include "backends/jit/kernels/warp_row.h"
 #include "core/variant_expr.h"
 
@@ -19,17 +21,28 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
 }
 
+// The variants' functions, rendered into `s` (a template with $VARIANT_FUNCTIONS).
+void render_variants(std::string& s, const KernelKey& key) {
+  replace_all(s, "$VARIANT_FUNCTIONS", kVariantFunctions);
+  replace_all(s, "$SCORE_MOD", key.score_mod.empty() ? "score" : key.score_mod);
+  replace_all(s, "$HAS_MASK_MOD", key.mask_mod.empty() ? "0" : "1");
+  replace_all(s, "$MASK_MOD", key.mask_mod.empty() ? "true" : key.mask_mod);
+}
+
 }  // namespace
 
 std::string TileConfig::describe() const {
-  return detail::concat("n", block_n, " w", warps_m, "x", warps_n, " s", stages);
+  return detail::concat("n", block_n, " w", warps_m, "x", warps_n, " m", m_tiles, " s", stages);
 }
 
 std::optional<TileConfig> TileConfig::parse(const std::string& text) {
   TileConfig t;
   char tail = 0;
-  if (std::sscanf(text.c_str(), "n%d w%dx%d s%d%c", &t.block_n, &t.warps_m, &t.warps_n, &t.stages, &tail) != 4) return {};
-  if (t.block_n <= 0 || t.warps_m <= 0 || t.warps_n <= 0 || t.stages < 2) return {};
+  if (std::sscanf(text.c_str(), "n%d w%dx%d m%d s%d%c", &t.block_n, &t.warps_m, &t.warps_n, &t.m_tiles, &t.stages,
+                  &tail) != 5) {
+    return {};
+  }
+  if (t.block_n <= 0 || t.warps_m <= 0 || t.warps_n <= 0 || t.m_tiles < 1 || t.m_tiles > 2 || t.stages < 2) return {};
   return t;
 }
 
@@ -56,8 +69,7 @@ std::string render_warp_row(const KernelKey& key) {
   replace_all(s, "$Q_BF16", key.dtype == DType::bf16 ? "1" : "0");
   replace_all(s, "$KV_BF16", key.kv_dtype == DType::bf16 ? "1" : "0");
   replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)) + ", cache " + std::string(dtype_name(key.kv_dtype)));
-  replace_all(s, "$SCORE_MOD", key.score_mod.empty() ? "score" : key.score_mod);
-  replace_all(s, "$MASK_MOD", key.mask_mod.empty() ? "true" : key.mask_mod);
+  render_variants(s, key);
   return s;
 }
 
@@ -77,6 +89,7 @@ std::string render_mma_tile(const KernelKey& key) {
   ATTNKIT_CHECK(t.block_n % (16 * t.warps_n) == 0, "jit: tile ", t.describe(),
                 ": block_n must be a multiple of 16 x warps_n");
   std::string s = kMmaTileTemplate;
+  replace_all(s, "$PTX_FUNCTIONS", kMmaPtxFunctions);  // before $BF16: the functions use it
   replace_all(s, "$HEAD_DIM_QK", std::to_string(key.head_dim_qk));
   replace_all(s, "$HEAD_DIM_VO", std::to_string(key.head_dim_vo));
   replace_all(s, "$GROUP", std::to_string(key.group));
@@ -85,13 +98,12 @@ std::string render_mma_tile(const KernelKey& key) {
   replace_all(s, "$BLOCK_N", std::to_string(t.block_n));
   replace_all(s, "$WARPS_M", std::to_string(t.warps_m));
   replace_all(s, "$WARPS_N", std::to_string(t.warps_n));
+  replace_all(s, "$M_TILES", std::to_string(t.m_tiles));
   replace_all(s, "$STAGES", std::to_string(t.stages));
   replace_all(s, "$SMEM_BYTES", std::to_string(mma_tile_smem_bytes(key)));
   replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)));
   replace_all(s, "$CONFIG", t.describe());
-  replace_all(s, "$SCORE_MOD", key.score_mod.empty() ? "score" : key.score_mod);
-  replace_all(s, "$HAS_MASK_MOD", key.mask_mod.empty() ? "0" : "1");
-  replace_all(s, "$MASK_MOD", key.mask_mod.empty() ? "true" : key.mask_mod);
+  render_variants(s, key);
   return s;
 }
 
@@ -119,8 +131,17 @@ jit::KernelKey jit::kernel_key_for(const AttentionSpec& spec, const KvCacheConfi
   return key;
 }
 
-std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype) {
-  return jit::render(jit::kernel_key_for(spec, cache, q_dtype));
+std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& cache, DType q_dtype,
+                              const std::string& tile) {
+  jit::KernelKey key = jit::kernel_key_for(spec, cache, q_dtype);
+  if (tile.empty()) {
+    if (key.tensor_cores()) key.tile = jit::tile_candidates(key, false).front();
+  } else {
+    const std::optional<jit::TileConfig> t = jit::TileConfig::parse(tile);
+    ATTNKIT_CHECK(t.has_value(), "jit: tile '", tile, "' is not one; expected e.g. \"n32 w4x1 m2 s3\"");
+    key.tile = *t;
+  }
+  return jit::render(key);
 }
 
 #ifndef ATTNKIT_WITH_CUDA

@@ -11,18 +11,20 @@
 
 namespace attnkit::jit {
 
-// The tensor-core template's tile: keys a K/V tile holds, the warp grid (WARPS_M x 16 rows, each
-// tile's keys split WARPS_N ways) and the ring's stages. Part of the key: each is a kernel.
+// The tensor-core template's tile: keys a K/V tile holds, the warp grid (WARPS_M warps of
+// m_tiles x 16 rows; each tile's keys split WARPS_N ways) and the ring's stages. Part of the key:
+// each is a kernel.
 struct TileConfig {
   int block_n = 64;
   int warps_m = 4;
   int warps_n = 1;
+  int m_tiles = 1;  // 16-row tiles a warp (1 or 2)
   int stages = 2;
 
   bool operator==(const TileConfig&) const = default;
-  int block_m() const { return 16 * warps_m; }
+  int block_m() const { return 16 * m_tiles * warps_m; }
   int threads() const { return 32 * warps_m * warps_n; }
-  std::string describe() const;  // "n64 w4x1 s2"
+  std::string describe() const;  // "n64 w4x1 m1 s2"
   // Parses describe()'s text; nothing where it is not one.
   static std::optional<TileConfig> parse(const std::string& text);
 };
@@ -41,7 +43,7 @@ struct KernelKey {
   // Tensor cores take both operands in one dtype: q and cache alike run mma_tile, else warp_row.
   bool tensor_cores() const { return dtype == kv_dtype; }
   bool operator==(const KernelKey&) const = default;
-  // "mma_tile d128/128 g4 p16 bf16 kv bf16 n64 w4x1 s2" (or "warp_row ..."), plus the variants.
+  // "mma_tile d128/128 g4 p16 bf16 kv bf16 n64 w4x1 m1 s2" (or "warp_row ..."), plus the variants.
   std::string describe() const;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -19,7 +20,7 @@ std::optional<TileConfig> pinned() {
   const char* text = std::getenv("ATTNKIT_JIT_TILE");
   if (text == nullptr || *text == '\0') return {};
   const std::optional<TileConfig> t = TileConfig::parse(text);
-  ATTNKIT_CHECK(t.has_value(), "ATTNKIT_JIT_TILE: '", text, "' is not a tile; expected e.g. \"n64 w4x1 s2\"");
+  ATTNKIT_CHECK(t.has_value(), "ATTNKIT_JIT_TILE: '", text, "' is not a tile; expected e.g. \"n64 w4x1 m1 s2\"");
   return t;
 }
 
@@ -63,10 +64,14 @@ TileConfig TileTuner::choose(const KernelKey& base, const std::string& bucket, c
   }
   TileConfig best = candidates.front();
   double best_ms = std::numeric_limits<double>::infinity();
+  const bool log = std::getenv("ATTNKIT_JIT_LOG") != nullptr;
+  std::string line;
   for (const TileConfig& t : candidates) {
     const double ms = measure(t);
     if (ms < best_ms) best_ms = ms, best = t;
+    if (log) line += detail::concat(line.empty() ? "" : ", ", t.describe(), " ", ms, " ms");
   }
+  if (log) std::fprintf(stderr, "jit tune %s, %s: %s -> %s\n", canonical.describe().c_str(), bucket.c_str(), line.c_str(), best.describe().c_str());
   if (tuned) *tuned = true;
   const std::string text = best.describe();
   disk_.store(key, std::vector<char>(text.begin(), text.end()));  // unwritable: kept in memory only

@@ -2,7 +2,8 @@
 // configuration to run, found once by measuring every candidate (config.h: tile_candidates) on the
 // batch at hand and keeping the fastest, in memory and in the disk cache beside the modules (keyed
 // by the architecture and NVRTC's version too), so later processes start tuned.
-// ATTNKIT_JIT_TILE="n64 w4x1 s2" pins one tile instead (no measuring), for every key it fits.
+// ATTNKIT_JIT_TILE="n64 w4x1 m1 s2" pins one tile instead (no measuring), for every key it fits;
+// ATTNKIT_JIT_LOG=1 prints each measurement and the choice to stderr.
 #pragma once
 
 #include <functional>

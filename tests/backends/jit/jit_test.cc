@@ -56,6 +56,8 @@ std::vector<harness::CheckCase> cases() {
   c.back().spec.sinks = {0.5f, -1.0f, 2.0f, 0.0f, 1.5f, -3.0f, 0.25f, 4.0f};
   c.back().spec.window_left = 127;
   c.back().spec.logits_soft_cap = 30.0f;
+  c.push_back(jit_case("d64 document mask skips tiles", 8, 2, 64, 64, 16, {{0, 700}, {100, 1}}, "",
+                       "kv_pos / 128 == q_pos / 128"));
   c.push_back(jit_case("d72 f16 mixed", 12, 4, 72, 72, 32, {{1200, 1}, {0, 150}}));
   c.back().q_dtype = DType::f16;
   c.back().kv_dtype = DType::f16;
@@ -70,7 +72,8 @@ std::vector<std::pair<int, jit::TileConfig>> tile_cases() {
   std::vector<jit::TileConfig> tiles = jit::tile_candidates(d128, true);
   for (const jit::TileConfig& t : jit::tile_candidates(d128, false)) tiles.push_back(t);
   const std::vector<std::string> labels = {"d128 gqa decode", "d128 extend with prefix", "d128 long decode split",
-                                           "d64 sinks window soft-cap", "d128 document mask extend"};
+                                           "d64 sinks window soft-cap", "d128 document mask extend",
+                                           "d64 document mask skips tiles"};
   const std::vector<harness::CheckCase> all = cases();
   for (const jit::TileConfig& t : tiles) {
     for (const std::string& l : labels) {

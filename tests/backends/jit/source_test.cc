@@ -35,6 +35,21 @@ TEST(JitSource, RendersEveryPlaceholder) {
   EXPECT_EQ(k.describe(), "warp_row d192/128 g4 p16 bf16 kv f16 score_mod (score - (0.0625f * ((float)(q_pos - kv_pos))))");
 }
 
+TEST(JitSource, RendersTheTensorCoreTemplate) {
+  KernelKey k = key(96, 96, 4, 16, DType::f16, DType::f16);
+  k.tile = TileConfig{32, 4, 1, 2, 3};
+  k.mask_mod = VariantExpr::parse("kv_pos / 512 == q_pos / 512", "mask_mod").cuda_source();
+  const std::string s = render(k);
+  EXPECT_EQ(s.find('$'), std::string::npos) << "an unreplaced placeholder";
+  EXPECT_NE(s.find("#define HAS_MASK_MOD 1"), std::string::npos);
+  EXPECT_NE(s.find("#define M_TILES 2"), std::string::npos);
+  EXPECT_NE(s.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), std::string::npos);
+  EXPECT_EQ(k.describe(), "mma_tile d96/96 g4 p16 f16 kv f16 n32 w4x1 m2 s3 mask_mod " + k.mask_mod);
+  EXPECT_EQ(TileConfig::parse(k.tile.describe()), k.tile);
+  EXPECT_FALSE(TileConfig::parse("n32 w4x1 m2 s3 extra").has_value());
+  EXPECT_FALSE(TileConfig::parse("n32 w4x1 s3").has_value());
+}
+
 TEST(JitSource, EveryKindOfKeyCompilesForSm90a) {
   std::string why;
   const Nvrtc* nvrtc = Nvrtc::get(&why);

@@ -3,8 +3,9 @@
 // rows GQA-packed (token-major, the group's heads minor), K/V tiles of BLOCK_N keys gathered from
 // the paged pool into a ring of STAGES shared-memory stages with cp.async, both products on
 // `mma.sync.m16n8k16` (sm_80+). The warps form a WARPS_M x WARPS_N grid: WARPS_M splits the rows
-// (16 each; prefill), WARPS_N splits each tile's keys (decode: few rows, many keys), each warp
-// keeping its own online softmax, joined through shared memory at the end. A work item over part
+// (M_TILES x 16 each: two row tiles a warp read each K/V fragment from shared memory once for both,
+// halving that traffic, which bounds prefill), WARPS_N splits each tile's keys (decode: few rows,
+// many keys), each warp keeping its own online softmax, joined through shared memory at the end. A work item over part
 // of the KV range (split-KV) writes a normalised partial and its log-sum-exp; `merge` joins them.
 // The source needs no header (NVRTC compiles it alone): every PTX instruction is inline.
 #pragma once
@@ -12,8 +13,9 @@
 namespace attnkit::jit {
 
 // $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, BF16 (1: bf16, 0: f16; q, cache
-// and out share it), BLOCK_N, WARPS_M, WARPS_N, STAGES, SMEM_BYTES (what the host launches with),
-// ELEM and CONFIG (words), SCORE_MOD, MASK_MOD, HAS_MASK_MOD.
+// and out share it), BLOCK_N, WARPS_M, WARPS_N, M_TILES, STAGES, SMEM_BYTES (what the host launches
+// with), ELEM and CONFIG (words), PTX_FUNCTIONS (kernels/mma_ptx.h), VARIANT_FUNCTIONS
+// (kernels/variants.h), HAS_MASK_MOD.
 inline constexpr const char* kMmaTileTemplate = R"CUDA(
 // attnkit jit: mma_tile, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM, $CONFIG
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -23,6 +25,7 @@ inline constexpr const char* kMmaTileTemplate = R"CUDA(
 #define BLOCK_N $BLOCK_N
 #define WARPS_M $WARPS_M
 #define WARPS_N $WARPS_N
+#define M_TILES $M_TILES
 #define STAGES $STAGES
 #define HAS_MASK_MOD $HAS_MASK_MOD
 #define NEG_INF __int_as_float(0xff800000)
@@ -33,10 +36,11 @@ inline constexpr const char* kMmaTileTemplate = R"CUDA(
 // A shared row is 16 bytes longer than its data: the 8 rows one ldmatrix reads fall in 8 bank groups.
 #define KSTRIDE (DQK + 8)
 #define VSTRIDE (DVO + 8)
-#define BLOCK_M (16 * WARPS_M)
+#define WARP_ROWS (16 * M_TILES)
+#define BLOCK_M (WARP_ROWS * WARPS_M)
 #define THREADS (32 * WARPS_M * WARPS_N)
 #define NW (BLOCK_N / WARPS_N)        // keys of a tile one warp scores
-#define Q_IN_REGS (DQK <= 128)        // Q's fragments kept in registers (d256 reads them from shared)
+#define Q_IN_REGS (M_TILES == 1 && DQK <= 128)  // Q's fragments kept in registers, else read from shared
 
 // Shared memory, in bytes: Q, then STAGES x (K tile, V tile); the epilogue reuses it from 0 for each
 // warp's unnormalised O, row max and row sum.
@@ -49,62 +53,9 @@ static_assert((MAIN_BYTES > EPILOGUE_BYTES ? MAIN_BYTES : EPILOGUE_BYTES) <= $SM
 static_assert(NW % 16 == 0, "a warp's keys are whole k steps of P V");
 static_assert(STAGES >= 2, "a ring needs two stages");
 
-typedef unsigned short elem;
+$PTX_FUNCTIONS
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  unsigned r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
-
-// 16 bytes global -> shared; `ok` false writes zeros (keys past the range, columns past the head dim).
-__device__ __forceinline__ void copy16(unsigned dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-__device__ __forceinline__ void ldsm4(unsigned* r, unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm4_t(unsigned* r, unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-// c (16x8 fp32) += a (16x16) * b (16x8), the m16n8k16 fragment layouts.
-__device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-#if $BF16
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-#endif
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded into one register: `lo` in the low half (the lower column).
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-#if $BF16
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#endif
-  return r;
-}
-
-__device__ __forceinline__ float score_mod(float score, int q_pos, int kv_pos, int head, int kv_head, int request,
-                                           int q_len, int kv_len) {
-  return $SCORE_MOD;
-}
-
-__device__ __forceinline__ bool mask_mod(int q_pos, int kv_pos, int head, int kv_head, int request, int q_len,
-                                         int kv_len) {
-  return $MASK_MOD;
-}
+$VARIANT_FUNCTIONS
 
 // items: [n][8] = request, first packed row, KV begin, KV end, partial row (-1: the item writes the
 // output itself), unused. requests: [batch][4] = first new token, prefix length, KV length, first
@@ -135,130 +86,207 @@ attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restric
     copy16(smem_addr(s_q + r * KSTRIDE + cc * 8), src, ok);
   }
   const int num_tiles = (kv_hi - kv_lo + BLOCK_N - 1) / BLOCK_N;
+  // A tile's 16-byte chunks, unrolled so every page-table read of a tile issues before its copies.
   auto load_tile = [&](int j) {
     elem* s_k = reinterpret_cast<elem*>(smem + Q_BYTES + (j % STAGES) * STAGE_BYTES);
     elem* s_v = reinterpret_cast<elem*>(smem + Q_BYTES + (j % STAGES) * STAGE_BYTES + K_BYTES);
     const int t0 = kv_lo + j * BLOCK_N;
-    for (int c = tid; c < BLOCK_N * (DQK / 8); c += THREADS) {
+#pragma unroll
+    for (int i = 0; i < (BLOCK_N * (DQK / 8) + THREADS - 1) / THREADS; ++i) {
+      const int c = tid + i * THREADS;
+      if (BLOCK_N * (DQK / 8) % THREADS != 0 && c >= BLOCK_N * (DQK / 8)) break;
       const int r = c / (DQK / 8), cc = c % (DQK / 8), t = t0 + r;
       const bool ok = t < kv_hi && cc * 8 < HEAD_DIM_QK;
       const long long slot = ok ? (long long)pages[t / PAGE_SIZE] * PAGE_SIZE + t % PAGE_SIZE : 0;
       copy16(smem_addr(s_k + r * KSTRIDE + cc * 8), k_pool + (slot * num_kv_heads + kv_head) * HEAD_DIM_QK + cc * 8, ok);
     }
-    for (int c = tid; c < BLOCK_N * (DVO / 8); c += THREADS) {
+#pragma unroll
+    for (int i = 0; i < (BLOCK_N * (DVO / 8) + THREADS - 1) / THREADS; ++i) {
+      const int c = tid + i * THREADS;
+      if (BLOCK_N * (DVO / 8) % THREADS != 0 && c >= BLOCK_N * (DVO / 8)) break;
       const int r = c / (DVO / 8), cc = c % (DVO / 8), t = t0 + r;
       const bool ok = t < kv_hi && cc * 8 < HEAD_DIM_VO;
       const long long slot = ok ? (long long)pages[t / PAGE_SIZE] * PAGE_SIZE + t % PAGE_SIZE : 0;
       copy16(smem_addr(s_v + r * VSTRIDE + cc * 8), v_pool + (slot * num_kv_heads + kv_head) * HEAD_DIM_VO + cc * 8, ok);
     }
   };
+#if HAS_MASK_MOD
+  // The mask evaluated once a tile over the block's rows x the tile's keys: a tile no row sees is
+  // neither loaded nor computed, one every row sees whole needs no per-element mask. 2 bits a stage.
+  unsigned flags = 0;
+  auto tile_flags = [&](int j) -> unsigned {
+    const int t0 = kv_lo + j * BLOCK_N;
+    int any = 0, all = 1;
+    for (int c = tid; c < BLOCK_M * BLOCK_N; c += THREADS) {
+      const int p = row0 + c / BLOCK_N, kv_pos = t0 + c % BLOCK_N;
+      if (p >= rows) continue;
+      const int qp = prefix + p / GROUP, h = kv_head * GROUP + p % GROUP;
+      const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= qp) && (window_left < 0 || kv_pos >= qp - window_left) &&
+                        mask_mod(qp, kv_pos, h, kv_head, request, q_len, kv_len);
+      any |= seen;
+      all &= seen;
+    }
+    return (__syncthreads_or(any) ? 1u : 0u) | (__syncthreads_and(all) ? 2u : 0u);
+  };
+#endif
+  auto issue = [&](int j) {
+#if HAS_MASK_MOD
+    const unsigned f = tile_flags(j);
+    flags = (flags & ~(3u << (2 * (j % STAGES)))) | (f << (2 * (j % STAGES)));
+    if (f & 1u) load_tile(j);
+#else
+    load_tile(j);
+#endif
+  };
   for (int j = 0; j < STAGES - 1; ++j) {  // Q travels in the first group
-    if (j < num_tiles) load_tile(j);
+    if (j < num_tiles) issue(j);
     commit();
   }
 
-  // This lane's two rows (r and r + 8 of its warp's 16) and what the masks need of them.
-  int q_pos[2], head[2];
-  for (int i = 0; i < 2; ++i) {
-    const int p = row0 + wm * 16 + lane / 4 + 8 * i;
-    q_pos[i] = prefix + p / GROUP;
-    head[i] = kv_head * GROUP + p % GROUP;
+  // This lane's rows (r and r + 8 of each of its warp's row tiles) and what the masks need of them.
+  int q_pos[M_TILES][2], head[M_TILES][2];
+  for (int mt = 0; mt < M_TILES; ++mt) {
+    for (int i = 0; i < 2; ++i) {
+      const int p = row0 + wm * WARP_ROWS + mt * 16 + lane / 4 + 8 * i;
+      q_pos[mt][i] = prefix + p / GROUP;
+      head[mt][i] = kv_head * GROUP + p % GROUP;
+    }
   }
   // The block's first and last query positions: a tile every row sees whole needs no mask.
   const int last_row = min(rows, row0 + BLOCK_M) - 1;
   const int q_first = prefix + row0 / GROUP, q_last = prefix + last_row / GROUP;
 
-  float o[DVO / 8][4];
-  for (int n = 0; n < DVO / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+  float o[M_TILES][DVO / 8][4];
+  float m[M_TILES][2], l[M_TILES][2];
+  for (int mt = 0; mt < M_TILES; ++mt) {
+    for (int n = 0; n < DVO / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    m[mt][0] = m[mt][1] = NEG_INF;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
 #if Q_IN_REGS
   unsigned qf[DQK / 16][4];
+  bool q_ready = false;
 #endif
-  const unsigned q_lane = smem_addr(s_q + (wm * 16 + lane % 8 + ((lane / 8) % 2) * 8) * KSTRIDE + (lane / 16) * 8);
+  const unsigned q_lane = smem_addr(s_q + (wm * WARP_ROWS + lane % 8 + ((lane / 8) % 2) * 8) * KSTRIDE + (lane / 16) * 8);
 
   for (int j = 0; j < num_tiles; ++j) {
     wait_groups<STAGES - 2>();
     __syncthreads();  // tile j landed for every thread, and tile j - 1's stage is free to refill
-    if (j + STAGES - 1 < num_tiles) load_tile(j + STAGES - 1);
+    if (j + STAGES - 1 < num_tiles) issue(j + STAGES - 1);
     commit();
+#if HAS_MASK_MOD
+    const unsigned f = (flags >> (2 * (j % STAGES))) & 3u;
+    if (!(f & 1u)) continue;  // block-uniform: no row sees a key of this tile
+#endif
 #if Q_IN_REGS
-    if (j == 0) {
+    if (!q_ready) {  // Q landed with the first group
       for (int kk = 0; kk < DQK / 16; ++kk) ldsm4(qf[kk], q_lane + kk * 32);
+      q_ready = true;
     }
 #endif
     const unsigned char* stage = smem + Q_BYTES + (j % STAGES) * STAGE_BYTES;
     const unsigned k_lane = smem_addr(stage) + ((wn * NW + lane % 8 + (lane / 16) * 8) * KSTRIDE + ((lane / 8) % 2) * 8) * 2;
     const unsigned v_lane = smem_addr(stage + K_BYTES) + ((wn * NW + lane % 8 + ((lane / 8) % 2) * 8) * VSTRIDE + (lane / 16) * 8) * 2;
 
-    float s[NW / 8][4];
-    for (int n = 0; n < NW / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    float s[M_TILES][NW / 8][4];
+    for (int mt = 0; mt < M_TILES; ++mt)
+      for (int n = 0; n < NW / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < DQK / 16; ++kk) {
 #if Q_IN_REGS
-      const unsigned* a = qf[kk];
+      const unsigned(*a)[4] = &qf[kk];
 #else
-      unsigned a[4];
-      ldsm4(a, q_lane + kk * 32);
+      unsigned a[M_TILES][4];
+      for (int mt = 0; mt < M_TILES; ++mt) ldsm4(a[mt], q_lane + (mt * 16 * KSTRIDE) * 2 + kk * 32);
 #endif
 #pragma unroll
       for (int n2 = 0; n2 < NW / 16; ++n2) {
         unsigned b[4];
         ldsm4(b, k_lane + (n2 * 16 * KSTRIDE + kk * 16) * 2);
-        mma(s[2 * n2], a, b[0], b[1]);
-        mma(s[2 * n2 + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          mma(s[mt][2 * n2], a[mt], b[0], b[1]);
+          mma(s[mt][2 * n2 + 1], a[mt], b[2], b[3]);
+        }
       }
     }
 
     const int t0 = kv_lo + j * BLOCK_N;
-    const bool whole = !HAS_MASK_MOD && t0 + BLOCK_N <= kv_hi && (!causal || t0 + BLOCK_N - 1 <= q_first) &&
+#if HAS_MASK_MOD
+    const bool whole = (f & 2u) != 0;
+#else
+    const bool whole = t0 + BLOCK_N <= kv_hi && (!causal || t0 + BLOCK_N - 1 <= q_first) &&
                        (window_left < 0 || t0 >= q_last - window_left);
+#endif
 #pragma unroll
-    for (int n = 0; n < NW / 8; ++n) {
+    for (int mt = 0; mt < M_TILES; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2, kv_pos = t0 + wn * NW + n * 8 + 2 * (lane % 4) + e % 2;
-        float x = s[n][e] * sm_scale;
-        if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
-        x = score_mod(x, q_pos[i], kv_pos, head[i], kv_head, request, q_len, kv_len);
-        if (!whole) {
-          const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= q_pos[i]) &&
-                            (window_left < 0 || kv_pos >= q_pos[i] - window_left) &&
-                            mask_mod(q_pos[i], kv_pos, head[i], kv_head, request, q_len, kv_len);
-          if (!seen) x = NEG_INF;
-        }
-        s[n][e] = x;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = m[i];
-      for (int n = 0; n < NW / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == NEG_INF ? 0.0f : mx * LOG2E;  // a row that sees nothing yet stays zero
-      const float alpha = exp2f(m[i] * LOG2E - base);
-      m[i] = mx;
-      l[i] *= alpha;
-      for (int n = 0; n < DVO / 8; ++n) {
-        o[n][2 * i] *= alpha;
-        o[n][2 * i + 1] *= alpha;
-      }
       for (int n = 0; n < NW / 8; ++n) {
-        s[n][2 * i] = exp2f(s[n][2 * i] * LOG2E - base);
-        s[n][2 * i + 1] = exp2f(s[n][2 * i + 1] * LOG2E - base);
-        l[i] += s[n][2 * i] + s[n][2 * i + 1];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e / 2, kv_pos = t0 + wn * NW + n * 8 + 2 * (lane % 4) + e % 2;
+          float x = s[mt][n][e] * sm_scale;
+          if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+          x = score_mod(x, q_pos[mt][i], kv_pos, head[mt][i], kv_head, request, q_len, kv_len);
+          if (!whole) {
+            const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= q_pos[mt][i]) &&
+                              (window_left < 0 || kv_pos >= q_pos[mt][i] - window_left) &&
+                              mask_mod(q_pos[mt][i], kv_pos, head[mt][i], kv_head, request, q_len, kv_len);
+            if (!seen) x = NEG_INF;
+          }
+          s[mt][n][e] = x;
+        }
+      }
+      float base[2], alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = m[mt][i];
+        for (int n = 0; n < NW / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        base[i] = mx == NEG_INF ? 0.0f : mx * LOG2E;  // a row that sees nothing yet stays zero
+        alpha[i] = exp2f(m[mt][i] * LOG2E - base[i]);  // exactly 1 where the maximum held
+        m[mt][i] = mx;
+        l[mt][i] *= alpha[i];
+      }
+      // Once the rows' maxima settle (most tiles of a long row), O needs no rescaling: skipped
+      // where no row of the warp moved.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+        for (int n = 0; n < DVO / 8; ++n) {
+          o[mt][n][0] *= alpha[0];
+          o[mt][n][1] *= alpha[0];
+          o[mt][n][2] *= alpha[1];
+          o[mt][n][3] *= alpha[1];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        for (int n = 0; n < NW / 8; ++n) {
+          s[mt][n][2 * i] = exp2f(s[mt][n][2 * i] * LOG2E - base[i]);
+          s[mt][n][2 * i + 1] = exp2f(s[mt][n][2 * i + 1] * LOG2E - base[i]);
+          l[mt][i] += s[mt][n][2 * i] + s[mt][n][2 * i + 1];
+        }
       }
     }
 #pragma unroll
     for (int kk = 0; kk < NW / 16; ++kk) {
-      const unsigned a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
-                             pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      unsigned a[M_TILES][4];
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        a[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int n2 = 0; n2 < DVO / 16; ++n2) {
         unsigned b[4];
         ldsm4_t(b, v_lane + (kk * 16 * VSTRIDE + n2 * 16) * 2);
-        mma(o[2 * n2], a, b[0], b[1]);
-        mma(o[2 * n2 + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          mma(o[mt][2 * n2], a[mt], b[0], b[1]);
+          mma(o[mt][2 * n2 + 1], a[mt], b[2], b[3]);
+        }
       }
     }
   }
@@ -269,18 +297,21 @@ attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restric
   float* e_o = reinterpret_cast<float*>(smem);  // [WARPS_N][BLOCK_M][DVO]
   float* e_m = e_o + WARPS_N * BLOCK_M * DVO;   // [WARPS_N][BLOCK_M]
   float* e_l = e_m + WARPS_N * BLOCK_M;
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    const int r = wm * 16 + lane / 4 + 8 * i;
-    if (lane % 4 == 0) {
-      e_m[wn * BLOCK_M + r] = m[i];
-      e_l[wn * BLOCK_M + r] = l[i];
-    }
-    for (int n = 0; n < DVO / 8; ++n) {
-      float* dst = e_o + (wn * BLOCK_M + r) * DVO + n * 8 + 2 * (lane % 4);
-      dst[0] = o[n][2 * i];
-      dst[1] = o[n][2 * i + 1];
+  for (int mt = 0; mt < M_TILES; ++mt) {
+    for (int i = 0; i < 2; ++i) {
+      float sum = l[mt][i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int r = wm * WARP_ROWS + mt * 16 + lane / 4 + 8 * i;
+      if (lane % 4 == 0) {
+        e_m[wn * BLOCK_M + r] = m[mt][i];
+        e_l[wn * BLOCK_M + r] = sum;
+      }
+      for (int n = 0; n < DVO / 8; ++n) {
+        float* dst = e_o + (wn * BLOCK_M + r) * DVO + n * 8 + 2 * (lane % 4);
+        dst[0] = o[mt][n][2 * i];
+        dst[1] = o[mt][n][2 * i + 1];
+      }
     }
   }
   __syncthreads();

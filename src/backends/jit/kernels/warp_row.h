@@ -11,8 +11,7 @@
 namespace attnkit::jit {
 
 // $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, WARPS, Q_BF16 / KV_BF16 (1: bf16, 0: f16),
-// ELEM (the dtypes in words),
-// SCORE_MOD, MASK_MOD (expressions in the kernel's variables; "score" and "true" when off).
+// ELEM (the dtypes in words), VARIANT_FUNCTIONS (kernels/variants.h).
 inline constexpr const char* kWarpRowTemplate = R"CUDA(
 // attnkit jit: warp_row, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -53,15 +52,7 @@ __device__ __forceinline__ unsigned short from_float(float f) {
   return x;
 }
 
-__device__ __forceinline__ float score_mod(float score, int q_pos, int kv_pos, int head, int kv_head, int request,
-                                           int q_len, int kv_len) {
-  return $SCORE_MOD;
-}
-
-__device__ __forceinline__ bool mask_mod(int q_pos, int kv_pos, int head, int kv_head, int request, int q_len,
-                                         int kv_len) {
-  return $MASK_MOD;
-}
+$VARIANT_FUNCTIONS
 
 // requests: [batch][4] = first new token, prefix length, KV length, first page-table entry.
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
