@@ -64,7 +64,11 @@ def prebuild_flashinfer(names):
 
 def save_aot(path: str) -> None:
     """Packs the compiled FlashInfer modules as data/aot/<name>/<name>.so for the next run."""
-    from flashinfer.jit import env as jit_env
+    try:
+        from flashinfer.jit import env as jit_env
+    except ImportError as e:
+        log(f"save-aot: skipped, FlashInfer is unavailable ({e})")
+        return
     modules = sorted(p for p in jit_env.FLASHINFER_JIT_DIR.glob("*/*.so") if p.parent.name == p.stem)
     if not modules:
         log("save-aot: no JIT-compiled modules (all came from an AOT archive?)")
