@@ -59,7 +59,7 @@ void JitBackend::synchronize() { ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream
 
 size_t JitBackend::workspace_bytes() const {
   size_t n = arena_.nbytes() + partials_.nbytes();
-  for (const auto& [_, w] : works_) n += w.items.nbytes();
+  for (const auto& [_, w] : works_) n += w.items.nbytes() + w.tile_flags.nbytes();
   return n;
 }
 
@@ -108,8 +108,9 @@ void JitBackend::plan(const ForwardBatch& batch) {
   std::fill(layer_tuned_.begin(), layer_tuned_.end(), nullptr);
 }
 
-const JitBackend::Work& JitBackend::work(int layer, const jit::CompiledKernel& kernel, const jit::TileConfig& tile) {
+const JitBackend::Work& JitBackend::work(int layer, const jit::KernelKey& key, const jit::CompiledKernel& kernel) {
   const LayerParams& lp = layer_params(layer);
+  const jit::TileConfig& tile = key.tile;
   jit::WorkShape shape;
   shape.group = lp.num_qo_heads / lp.num_kv_heads;
   shape.block_m = tile.block_m();
@@ -119,7 +120,8 @@ const JitBackend::Work& JitBackend::work(int layer, const jit::CompiledKernel& k
   shape.num_kv_heads = lp.num_kv_heads;
   shape.target_ctas = num_sms_ * std::max(1, kernel.ctas_per_sm);
   const std::string name = detail::concat(shape.group, " ", shape.block_m, " ", shape.block_n, " ", shape.causal, " ",
-                                          shape.window_left, " ", shape.num_kv_heads, " ", shape.target_ctas);
+                                          shape.window_left, " ", shape.num_kv_heads, " ", shape.target_ctas, " ",
+                                          key.mask_mod);
   Work& w = works_[name];
   if (w.generation == generation_) return w;
   const jit::WorkPlan plan = jit::plan_work(work_requests_, shape);
@@ -132,6 +134,16 @@ const JitBackend::Work& JitBackend::work(int layer, const jit::CompiledKernel& k
   w.partial_rows = plan.partial_rows;
   w.generation = generation_;
   reserve(partials_, static_cast<size_t>(plan.partial_rows) * lp.num_kv_heads * (lp.head_dim_vo + 1) * sizeof(float));
+  if (kernel.tile_mask != nullptr && plan.num_items() > 0) {
+    reserve(w.tile_flags, static_cast<size_t>(plan.tiles) * lp.num_kv_heads + 1);
+    const void* items = w.items.data();
+    const void* requests = static_cast<unsigned char*>(arena_.data()) + off_requests_;
+    void* flags = w.tile_flags.data();
+    int window_left = lp.window_left, causal = lp.causal ? 1 : 0;
+    void* args[] = {&items, &requests, &flags, &window_left, &causal};
+    const dim3 grid(static_cast<unsigned>(plan.num_items()), static_cast<unsigned>(lp.num_kv_heads));
+    ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.tile_mask, grid, dim3(128), args, 0, stream()));
+  }
   return w;
 }
 
@@ -154,8 +166,9 @@ void JitBackend::launch_mma_tile(int layer, const jit::CompiledKernel& kernel, c
   void* lse_part = static_cast<float*>(partials_.data()) + static_cast<size_t>(w.partial_rows) * lp.num_kv_heads * lp.head_dim_vo;
   float sm_scale = lp.sm_scale, soft_cap = lp.logits_soft_cap;
   int window_left = lp.window_left, causal = lp.causal ? 1 : 0;
+  const void* tile_flags = w.tile_flags.nbytes() ? w.tile_flags.data() : nullptr;
   void* args[] = {&q_ptr, &out_ptr, &k_pool, &v_pool, &items, &requests, &pages, &sinks_ptr, &o_part, &lse_part,
-                  &sm_scale, &soft_cap, &window_left, &causal};
+                  &sm_scale, &soft_cap, &window_left, &causal, &tile_flags};
   const dim3 grid(static_cast<unsigned>(w.num_items), static_cast<unsigned>(lp.num_kv_heads));
   ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, kernel.smem_bytes, stream()));
   if (w.num_merges == 0) return;
@@ -194,7 +207,7 @@ const JitBackend::Tuned& JitBackend::tuned(int layer, const jit::KernelKey& base
     jit::KernelKey k = base;
     k.tile = t;
     const jit::CompiledKernel& kernel = jit::ModuleCache::global().get(k);
-    const Work& w = work(layer, kernel, t);
+    const Work& w = work(layer, k, kernel);
     cudaEvent_t start = nullptr, stop = nullptr;
     ATTNKIT_CUDA_CHECK(cudaEventCreate(&start));
     ATTNKIT_CUDA_CHECK(cudaEventCreate(&stop));
@@ -217,7 +230,7 @@ const JitBackend::Tuned& JitBackend::tuned(int layer, const jit::KernelKey& base
       jit::TileTuner::global().choose(base, bucket_, jit::ModuleCache::device_arch(), decode_shaped_, measure);
   jit::KernelKey k = base;
   k.tile = tile;
-  return tuned_[name] = Tuned{&jit::ModuleCache::global().get(k), tile};
+  return tuned_[name] = Tuned{&jit::ModuleCache::global().get(k), k};
 }
 
 void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
@@ -248,7 +261,7 @@ void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   if (layer_tuned_[slot] == nullptr) {
     const Tuned& t = tuned(layer, base, q, out);
     layer_tuned_[slot] = &t;
-    layer_work_[slot] = &work(layer, *t.kernel, t.tile);
+    layer_work_[slot] = &work(layer, t.key, *t.kernel);
   }
   launch_mma_tile(layer, *layer_tuned_[slot]->kernel, *layer_work_[slot], q, out);
 }

@@ -45,6 +45,7 @@ class JitBackend final : public AttentionBackend {
   // mma_tile's work, cut and uploaded once a batch for each tile shape and mask the layers use.
   struct Work {
     Buffer items;  // items, then merges (work.h)
+    Buffer tile_flags;  // the mask_mod's tile flags (kernels/mma_tile.h: tile_mask), where it has one
     int num_items = 0, num_merges = 0, partial_rows = 0;
     int generation = -1;
   };
@@ -56,14 +57,16 @@ class JitBackend final : public AttentionBackend {
   std::vector<std::optional<jit::KernelKey>> keys_;
   struct Tuned {
     const jit::CompiledKernel* kernel;
-    jit::TileConfig tile;
+    jit::KernelKey key;  // with the chosen tile
   };
   std::map<std::string, Tuned> tuned_;  // by bucket and key
   // [num_layers x {bf16, f16} q]: this batch's choice and its work, once looked up.
   std::vector<const Tuned*> layer_tuned_;
   std::vector<const Work*> layer_work_;
   const jit::KernelKey& key(int layer, DType q_dtype);
-  const Work& work(int layer, const jit::CompiledKernel& kernel, const jit::TileConfig& tile);
+  // The work of `kernel` (of `key`'s mask) on this batch: cut, uploaded and its tile mask computed
+  // the first time a batch asks.
+  const Work& work(int layer, const jit::KernelKey& key, const jit::CompiledKernel& kernel);
   void launch_mma_tile(int layer, const jit::CompiledKernel& kernel, const Work& work, const TensorView& q,
                        const TensorView& out);
   void launch_warp_row(int layer, const jit::CompiledKernel& kernel, const TensorView& q, const TensorView& out);

@@ -108,6 +108,11 @@ const CompiledKernel& ModuleCache::get(const KernelKey& key) {
     cudaKernel_t merge = nullptr;
     ATTNKIT_CUDA_CHECK(cudaLibraryGetKernel(&merge, library, "merge"));
     k.merge = reinterpret_cast<const void*>(merge);
+    if (!key.mask_mod.empty()) {
+      cudaKernel_t tile_mask = nullptr;
+      ATTNKIT_CUDA_CHECK(cudaLibraryGetKernel(&tile_mask, library, "tile_mask"));
+      k.tile_mask = reinterpret_cast<const void*>(tile_mask);
+    }
     k.threads = key.tile.threads();
     k.smem_bytes = mma_tile_smem_bytes(key);
     ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(k.entry, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));

@@ -15,6 +15,7 @@ namespace attnkit::jit {
 struct CompiledKernel {
   const void* entry = nullptr;  // a cudaKernel_t, launched through cudaLaunchKernel
   const void* merge = nullptr;  // mma_tile's split-KV join; nullptr for warp_row
+  const void* tile_mask = nullptr;  // mma_tile's once-a-batch mask_mod tile flags; nullptr without one
   int threads = 0;              // a CTA's
   size_t smem_bytes = 0;        // dynamic shared memory a launch asks for
   int ctas_per_sm = 0;          // what the SM holds at once (the occupancy calculator's)

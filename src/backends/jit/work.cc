@@ -65,7 +65,11 @@ WorkPlan plan_work(const std::vector<WorkRequest>& requests, const WorkShape& sh
     plan.merges.insert(plan.merges.end(), merge, merge + WorkPlan::kStride);
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.v[3] - a.v[2] > b.v[3] - b.v[2]; });
-  for (const Item& it : items) plan.items.insert(plan.items.end(), it.v, it.v + WorkPlan::kStride);
+  for (Item& it : items) {
+    it.v[5] = static_cast<int32_t>(plan.tiles);
+    plan.tiles += (it.v[3] - it.v[2] + shape.block_n - 1) / shape.block_n;
+    plan.items.insert(plan.items.end(), it.v, it.v + WorkPlan::kStride);
+  }
   return plan;
 }
 

@@ -28,9 +28,10 @@ struct WorkShape {
 // The layouts the template reads (kernels/mma_tile.h): items [n][8] and merges [n][8].
 struct WorkPlan {
   static constexpr int kStride = 8;
-  std::vector<int32_t> items;   // request, first row, KV begin, KV end, partial row (-1: direct), 0...
+  std::vector<int32_t> items;   // request, first row, KV begin, KV end, partial row (-1: direct), first tile, 0...
   std::vector<int32_t> merges;  // request, first row, rows, splits, first partial row, 0...
   int partial_rows = 0;         // rows of fp32 partials (each x KV heads x head_dim_vo)
+  int64_t tiles = 0;            // K/V tiles of all items: the tile mask's entries (each x KV heads)
   int num_items() const { return static_cast<int>(items.size()) / kStride; }
   int num_merges() const { return static_cast<int>(merges.size()) / kStride; }
 };

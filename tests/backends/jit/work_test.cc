@@ -14,10 +14,13 @@ namespace {
 void check_plan(const std::vector<WorkRequest>& reqs, const WorkShape& shape, const WorkPlan& plan) {
   std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> ranges;  // (request, row0) -> KV ranges
   int prev_len = 1 << 30;
+  int64_t tiles = 0;
   std::vector<bool> partial_used(static_cast<size_t>(plan.partial_rows), false);
   for (int i = 0; i < plan.num_items(); ++i) {
     const int32_t* it = &plan.items[static_cast<size_t>(i) * WorkPlan::kStride];
     EXPECT_LE(it[3] - it[2], prev_len) << "items are ordered longest first";
+    EXPECT_EQ(it[5], tiles) << "each item's tile-mask entries follow the last's";
+    tiles += (it[3] - it[2] + shape.block_n - 1) / shape.block_n;
     prev_len = it[3] - it[2];
     EXPECT_GE(it[2], 0);
     EXPECT_LE(it[3], reqs[it[0]].prefix + reqs[it[0]].q_len);
@@ -47,6 +50,7 @@ void check_plan(const std::vector<WorkRequest>& reqs, const WorkShape& shape, co
       }
     }
   }
+  EXPECT_EQ(tiles, plan.tiles);
   int merged_rows = 0;
   for (int m = 0; m < plan.num_merges(); ++m) merged_rows += plan.merges[static_cast<size_t>(m) * WorkPlan::kStride + 3];
   EXPECT_EQ(merged_rows * shape.block_m, plan.partial_rows);

@@ -58,13 +58,14 @@ $PTX_FUNCTIONS
 $VARIANT_FUNCTIONS
 
 // items: [n][8] = request, first packed row, KV begin, KV end, partial row (-1: the item writes the
-// output itself), unused. requests: [batch][4] = first new token, prefix length, KV length, first
+// output itself), first tile-mask entry, unused. requests: [batch][4] = first new token, prefix length, KV length, first
 // page-table entry. q [tokens][heads][HEAD_DIM_QK], out [tokens][heads][HEAD_DIM_VO].
 extern "C" __global__ void __launch_bounds__(THREADS)
 attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restrict__ k_pool,
        const elem* __restrict__ v_pool, const int* __restrict__ items, const int* __restrict__ requests,
        const int* __restrict__ page_indices, const float* __restrict__ sinks, float* __restrict__ o_part,
-       float* __restrict__ lse_part, float sm_scale, float soft_cap, int window_left, int causal) {
+       float* __restrict__ lse_part, float sm_scale, float soft_cap, int window_left, int causal,
+       const unsigned char* __restrict__ tile_flags) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int* item = items + 8 * blockIdx.x;
   const int request = item[0], row0 = item[1], kv_lo = item[2], kv_hi = item[3], partial_row = item[4];
@@ -111,27 +112,14 @@ attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restric
     }
   };
 #if HAS_MASK_MOD
-  // The mask evaluated once a tile over the block's rows x the tile's keys: a tile no row sees is
-  // neither loaded nor computed, one every row sees whole needs no per-element mask. 2 bits a stage.
+  // Which tiles any row sees (bit 1) and which every row sees whole (bit 2), from tile_mask (once a
+  // batch): a tile no row sees is neither loaded nor computed. 2 bits a stage.
   unsigned flags = 0;
-  auto tile_flags = [&](int j) -> unsigned {
-    const int t0 = kv_lo + j * BLOCK_N;
-    int any = 0, all = 1;
-    for (int c = tid; c < BLOCK_M * BLOCK_N; c += THREADS) {
-      const int p = row0 + c / BLOCK_N, kv_pos = t0 + c % BLOCK_N;
-      if (p >= rows) continue;
-      const int qp = prefix + p / GROUP, h = kv_head * GROUP + p % GROUP;
-      const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= qp) && (window_left < 0 || kv_pos >= qp - window_left) &&
-                        mask_mod(qp, kv_pos, h, kv_head, request, q_len, kv_len);
-      any |= seen;
-      all &= seen;
-    }
-    return (__syncthreads_or(any) ? 1u : 0u) | (__syncthreads_and(all) ? 2u : 0u);
-  };
+  const unsigned char* my_flags = tile_flags + (long long)item[5] * num_kv_heads + kv_head;
 #endif
   auto issue = [&](int j) {
 #if HAS_MASK_MOD
-    const unsigned f = tile_flags(j);
+    const unsigned f = my_flags[(long long)j * num_kv_heads];
     flags = (flags & ~(3u << (2 * (j % STAGES)))) | (f << (2 * (j % STAGES)));
     if (f & 1u) load_tile(j);
 #else
@@ -376,6 +364,37 @@ merge(elem* __restrict__ out, const float* __restrict__ o_part, const float* __r
     *reinterpret_cast<unsigned*>(out + (token * num_qo_heads + h) * HEAD_DIM_VO + col) = pack2(x0 * inv, x1 * inv);
   }
 }
+
+#if HAS_MASK_MOD
+// Once a batch (every layer with this mask reuses it), like FlexAttention's block mask: for each
+// work item, tile and KV head, bit 1 where any of the block's rows sees a key of the tile, bit 2
+// where every row sees every key, the mask evaluated on every pair. tile_flags[(first + j) * kv_heads + kv_head].
+extern "C" __global__ void __launch_bounds__(128)
+tile_mask(const int* __restrict__ items, const int* __restrict__ requests, unsigned char* __restrict__ tile_flags,
+          int window_left, int causal) {
+  const int* item = items + 8 * blockIdx.x;
+  const int request = item[0], row0 = item[1], kv_lo = item[2], kv_hi = item[3];
+  const int kv_head = blockIdx.y, num_kv_heads = gridDim.y;
+  const int prefix = requests[4 * request + 1], kv_len = requests[4 * request + 2];
+  const int q_len = kv_len - prefix, rows = q_len * GROUP;
+  const int num_tiles = (kv_hi - kv_lo + BLOCK_N - 1) / BLOCK_N;
+  for (int j = 0; j < num_tiles; ++j) {
+    const int t0 = kv_lo + j * BLOCK_N;
+    int any = 0, all = 1;
+    for (int c = threadIdx.x; c < BLOCK_M * BLOCK_N; c += blockDim.x) {
+      const int p = row0 + c / BLOCK_N, kv_pos = t0 + c % BLOCK_N;
+      if (p >= rows) continue;
+      const int qp = prefix + p / GROUP, h = kv_head * GROUP + p % GROUP;
+      const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= qp) && (window_left < 0 || kv_pos >= qp - window_left) &&
+                        mask_mod(qp, kv_pos, h, kv_head, request, q_len, kv_len);
+      any |= seen;
+      all &= seen;
+    }
+    const int seen_any = __syncthreads_or(any), seen_all = __syncthreads_and(all);
+    if (threadIdx.x == 0) tile_flags[((long long)item[5] + j) * num_kv_heads + kv_head] = (seen_any ? 1 : 0) | (seen_all ? 2 : 0);
+  }
+}
+#endif
 )CUDA";
 
 }  // namespace attnkit::jit
