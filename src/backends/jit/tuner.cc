@@ -31,11 +31,11 @@ std::string shape_bucket(bool decode, int64_t packed_rows, int64_t kv_tokens) {
 }
 
 TileTuner& TileTuner::global() {
-  static TileTuner tuner;
+  static TileTuner tuner(DiskCache::default_dir());
   return tuner;
 }
 
-TileTuner::TileTuner() : disk_(DiskCache::default_dir()) {}
+TileTuner::TileTuner(std::filesystem::path dir) : disk_(std::move(dir)) {}
 
 TileConfig TileTuner::choose(const KernelKey& base, const std::string& bucket, const std::string& arch, bool decode,
                              const std::function<double(const TileConfig&)>& measure, bool* tuned) {

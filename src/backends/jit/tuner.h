@@ -6,6 +6,7 @@
 // ATTNKIT_JIT_LOG=1 prints each measurement and the choice to stderr.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -21,7 +22,8 @@ std::string shape_bucket(bool decode, int64_t packed_rows, int64_t kv_tokens);
 
 class TileTuner {
  public:
-  static TileTuner& global();
+  static TileTuner& global();  // over DiskCache::default_dir()
+  explicit TileTuner(std::filesystem::path dir);
   // `measure` returns a candidate's time in ms (infinity where it cannot run); called only when
   // the choice is neither pinned, remembered nor on disk. `tuned`, where given, is set to whether
   // measuring happened now.
@@ -29,7 +31,6 @@ class TileTuner {
                     const std::function<double(const TileConfig&)>& measure, bool* tuned = nullptr);
 
  private:
-  TileTuner();
   std::mutex mutex_;
   DiskCache disk_;
   std::map<std::string, TileConfig> chosen_;
