@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "attnkit/registry.h"
 #include "backends/jit/config.h"
@@ -207,6 +208,7 @@ const JitBackend::Tuned& JitBackend::tuned(int layer, const jit::KernelKey& base
     jit::KernelKey k = base;
     k.tile = t;
     const jit::CompiledKernel& kernel = jit::ModuleCache::global().get(k);
+    if (kernel.ctas_per_sm == 0) return std::numeric_limits<double>::infinity();  // does not fit an SM here
     const Work& w = work(layer, k, kernel);
     cudaEvent_t start = nullptr, stop = nullptr;
     ATTNKIT_CUDA_CHECK(cudaEventCreate(&start));

@@ -64,6 +64,7 @@ TileConfig TileTuner::choose(const KernelKey& base, const std::string& bucket, c
   }
   TileConfig best = candidates.front();
   double best_ms = std::numeric_limits<double>::infinity();
+  // A candidate that cannot run here (infinity) is passed over; if none can, the first is kept.
   const bool log = std::getenv("ATTNKIT_JIT_LOG") != nullptr;
   std::string line;
   for (const TileConfig& t : candidates) {
