@@ -13,6 +13,15 @@
 
 namespace attnkit {
 
+// How an MLA latent slot is laid out. `plain`: head_dim_k values of the cache dtype (e4m3 with the
+// one k_scale). `fp8_blocked` (e4m3 only; the layout of FlashMLA's fp8 cache): the first head_dim_v
+// values (the NoPE part, read again as V) as e4m3 in blocks of 128, each block with its own fp32
+// scale (stored = value / scale, scale = the block's largest magnitude / 448), then those scales,
+// then the last head_dim_k - head_dim_v values (RoPE) as bf16: 512 + 16 + 128 = 656 bytes for
+// deepseek-v3's 512 + 64.
+enum class LatentFormat { plain, fp8_blocked };
+inline constexpr int kLatentScaleBlock = 128;  // fp8_blocked: NoPE values a scale covers
+
 struct KvCacheConfig {
   int num_layers = 1;
   int num_pages = 0;
@@ -24,6 +33,7 @@ struct KvCacheConfig {
   float k_scale = 1.0f;        // e4m3: stored = value / scale, read = stored * scale
   float v_scale = 1.0f;        // MLA: unused (the latent, V half included, has the one k_scale); leave at 1
   bool mla = false;            // one latent pool per layer, no V pool
+  LatentFormat latent_format = LatentFormat::plain;  // MLA only
   Device device = Device::cpu;
 
   // The head layout of `spec` (KV heads, head dims, MLA); the caller sets pages, dtype and device.
@@ -31,7 +41,12 @@ struct KvCacheConfig {
 
   int64_t num_slots() const { return int64_t{num_pages} * page_size; }
   // Bytes of one token slot of K (MLA: the latent vector) and of V (MLA: 0).
-  size_t k_slot_bytes() const { return size_t(num_kv_heads) * head_dim_k * dtype_size(dtype); }
+  size_t k_slot_bytes() const {
+    if (latent_format == LatentFormat::fp8_blocked) {
+      return size_t(head_dim_v) + sizeof(float) * (head_dim_v / kLatentScaleBlock) + 2 * size_t(head_dim_k - head_dim_v);
+    }
+    return size_t(num_kv_heads) * head_dim_k * dtype_size(dtype);
+  }
   size_t v_slot_bytes() const { return mla ? 0 : size_t(num_kv_heads) * head_dim_v * dtype_size(dtype); }
   void validate() const;
 };

@@ -36,6 +36,15 @@ void KvCacheConfig::validate() const {
     ATTNKIT_CHECK(head_dim_v <= head_dim_k, "cache: MLA head_dim_v (", head_dim_v,
                   ") reads the front of the latent slot, so it must be <= head_dim_k (", head_dim_k, ")");
   }
+  if (latent_format == LatentFormat::fp8_blocked) {
+    ATTNKIT_CHECK(mla, "cache: latent_format fp8_blocked lays out an MLA latent; this cache is not MLA");
+    ATTNKIT_CHECK(dtype == DType::e4m3, "cache: latent_format fp8_blocked stores e4m3, so dtype must be e4m3, got ",
+                  dtype_name(dtype));
+    ATTNKIT_CHECK(k_scale == 1.0f, "cache: latent_format fp8_blocked has a scale per ", kLatentScaleBlock,
+                  " values in each slot; k_scale must be left at 1, got ", k_scale);
+    ATTNKIT_CHECK(head_dim_v % kLatentScaleBlock == 0, "cache: latent_format fp8_blocked scales blocks of ",
+                  kLatentScaleBlock, " values, so head_dim_v must be a multiple of it, got ", head_dim_v);
+  }
 }
 
 KvCache::KvCache(const KvCacheConfig& config) : config_(config), allocator_(config.num_pages) {
@@ -80,11 +89,16 @@ void* KvCache::v_pool(int layer) const {
 }
 
 TensorView KvCache::k_pool_view(int layer) const {
+  if (config_.latent_format == LatentFormat::fp8_blocked) {  // mixed types in a slot: its bytes
+    return TensorView(k_pool(layer), DType::u8, config_.device,
+                      {config_.num_slots(), 1, static_cast<int64_t>(config_.k_slot_bytes())});
+  }
   return TensorView(k_pool(layer), config_.dtype, config_.device,
                     {config_.num_slots(), config_.num_kv_heads, config_.head_dim_k});
 }
 
 TensorView KvCache::v_pool_view(int layer) const {
+  if (config_.latent_format == LatentFormat::fp8_blocked) return k_pool_view(layer);
   // MLA: V is the front head_dim_v entries of each latent slot, whose row stride is head_dim_k.
   return TensorView(v_pool(layer), config_.dtype, config_.device,
                     {config_.num_slots(), config_.num_kv_heads, config_.mla ? config_.head_dim_k : config_.head_dim_v});
@@ -168,6 +182,9 @@ void KvCache::store(int layer, const TensorView& k, const TensorView& v, const T
     store_kv_cpu(config_, k_pool(layer), v_pool(layer), k, v, loc, n);
   } else {
 #ifdef ATTNKIT_WITH_CUDA
+    ATTNKIT_CHECK(config_.latent_format == LatentFormat::plain,
+                  "cache store: the fp8_blocked latent is written by the host store only so far; this cache is on ",
+                  device_name(config_.device));
     // Device slots were range-checked on the host when the batch was validated.
     store_kv_cuda(config_, k_pool(layer), v_pool(layer), k, v, out_cache_loc.as<const int64_t>(), n);
 #endif

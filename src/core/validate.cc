@@ -33,6 +33,9 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
   if (!contains(caps.kv_dtypes, cache.dtype)) {
     return concat("cache dtype must be one of ", list(caps.kv_dtypes), ", got ", dtype_name(cache.dtype));
   }
+  if (cache.latent_format == LatentFormat::fp8_blocked && !caps.fp8_blocked_latent) {
+    return "the fp8_blocked latent cache (e4m3 in blocks of 128 with their scales, RoPE in bf16) is not supported";
+  }
   if (q_dtype && !contains(caps.q_dtypes, *q_dtype)) {
     return concat("q dtype must be one of ", list(caps.q_dtypes), ", got ", dtype_name(*q_dtype));
   }

@@ -34,8 +34,9 @@ constexpr const char* kFeatureWords =
     "request), mixed (both in one batch), mha (standard attention over K and V heads, not MLA), gqa (fewer "
     "KV heads than query heads), mla (DeepSeek's multi-head latent attention), causal (each token sees those "
     "before it), full (non-causal: every new token sees all), window (sliding window), softcap (logit soft-capping), "
-    "sinks (attention sinks), custom-mask (a given mask), cuda-graph (its calls can be captured in a CUDA graph), "
-    "lse (forward can also return each row's log-sum-exp, for merging partial states).\n"
+    "sinks (attention sinks), custom-mask (a given mask), variants (user-defined score_mod / mask_mod), cuda-graph (its calls can be captured in a CUDA graph), "
+    "lse (forward can also return each row's log-sum-exp, for merging partial states), fp8-latent (an MLA "
+    "cache in the fp8_blocked layout: e4m3 NoPE values in blocks of 128 with their scales, RoPE in bf16).\n"
     "JSON: dtypes and features are arrays of words; head_dims and mla_dims are arrays of sizes or \"any\"; "
     "max_head_dim is a number or \"any\" (a limit only where head_dims is \"any\"); auto.table is the tuning "
     "table's file or null (the written rules).";
@@ -67,6 +68,7 @@ std::vector<std::string> features(const Capabilities& c) {
   add(c.variants, "variants");
   add(c.cuda_graph, "cuda-graph");
   add(c.lse, "lse");
+  add(c.fp8_blocked_latent, "fp8-latent");
   return f;
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/latent_fp8.h"
 #include "core/variant_expr.h"
 
 namespace attnkit::reference {
@@ -29,6 +30,16 @@ void gather(const AttentionParams& p, const void* pool, int64_t row_elems, int64
   const ForwardBatch& b = *p.batch;
   const int kv_len = b.kv_len(request_idx);
   dst.resize(static_cast<size_t>(kv_len) * dim);
+  const KvCacheConfig& c = *p.cache;
+  if (c.latent_format == LatentFormat::fp8_blocked) {  // each slot's values through its block scales
+    std::vector<float> latent(static_cast<size_t>(c.head_dim_k));
+    for (int t = 0; t < kv_len; ++t) {
+      decode_fp8_blocked_latent(static_cast<const uint8_t*>(pool) + b.slot(request_idx, t) * c.k_slot_bytes(), c.head_dim_k,
+                                c.head_dim_v, latent.data());
+      for (int e = 0; e < dim; ++e) dst[static_cast<size_t>(t) * dim + e] = double{latent[static_cast<size_t>(e)]};
+    }
+    return;
+  }
   for (int t = 0; t < kv_len; ++t) {
     const int64_t base = b.slot(request_idx, t) * row_elems + head_offset;
     for (int e = 0; e < dim; ++e) {
@@ -48,7 +59,7 @@ void attention(const AttentionParams& p) {
   const int group = spec.group_size();
   const double scale = spec.scale();
   const double cap = spec.logits_soft_cap;
-  const bool fp8 = c.dtype == DType::e4m3;
+  const bool fp8 = c.dtype == DType::e4m3;  // fp8_blocked: the block scales, in gather
   const float k_scale = fp8 ? c.k_scale : 1.0f;
   // An MLA latent is one tensor with one scale: its V half (the first head_dim_v values) is read
   // with k_scale, as it was stored.
