@@ -69,6 +69,12 @@ std::vector<CheckCase> standard_cases() {
   // MLA, absorbed.
   add(make("MLA small", mla(8, 64, 16), {{40, 6}, {25, 1}}));
   add(make("MLA deepseek dims, decode", mla(16, 512, 64), {{70, 1}, {33, 1}}));
+  {
+    auto c = make("MLA fp8 blocked latent", mla(16, 512, 64), {{70, 1}, {20, 9}});
+    c.kv_dtype = DType::e4m3;
+    c.latent_format = LatentFormat::fp8_blocked;
+    add(c);
+  }
   return cases;
 }
 
@@ -96,6 +102,10 @@ std::vector<CheckCase> random_cases(const ModelSpec& model, const Capabilities& 
     if (c.kv_dtype == DType::e4m3) {
       c.k_scale = 0.5f;
       c.v_scale = c.spec.is_mla() ? 1.0f : 0.25f;  // an MLA latent has the one k_scale
+      if (caps.fp8_blocked_latent && c.spec.is_mla() && c.spec.head_dim_vo % kLatentScaleBlock == 0 && chance(0.5)) {
+        c.latent_format = LatentFormat::fp8_blocked;  // its scales are per block: no k_scale
+        c.k_scale = 1.0f;
+      }
     }
     c.page_size = pick(page_sizes);
     // Features: keep the model's own, add others the backend claims.

@@ -15,8 +15,8 @@ namespace attnkit::harness {
 std::string describe(const CheckCase& c) {
   std::ostringstream os;
   if (!c.label.empty()) os << c.label << ": ";
-  os << c.spec.describe() << " q " << dtype_name(c.q_dtype) << " kv " << dtype_name(c.kv_dtype) << " page "
-     << c.page_size << " reqs";
+  os << c.spec.describe() << " q " << dtype_name(c.q_dtype) << " kv " << dtype_name(c.kv_dtype)
+     << (c.latent_format == LatentFormat::fp8_blocked ? " fp8-blocked" : "") << " page " << c.page_size << " reqs";
   for (const auto& [p, n] : c.requests) os << ' ' << p << '+' << n;
   if (c.custom_mask) os << " custom-mask";
   return os.str();
@@ -43,6 +43,7 @@ KvCacheConfig cache_config(const CheckCase& c, Device device) {
   cfg.dtype = c.kv_dtype;
   cfg.k_scale = c.k_scale;
   cfg.v_scale = c.v_scale;
+  cfg.latent_format = c.latent_format;
   cfg.device = device;
   int64_t pages = 3;  // a few spare pages, so page tables are not simply 0..n-1
   for (const auto& [p, n] : c.requests) pages += (p + n + c.page_size - 1) / c.page_size;

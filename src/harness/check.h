@@ -21,6 +21,7 @@ struct CheckCase {
   DType kv_dtype = DType::bf16;  // the cache
   float k_scale = 1.0f;          // e4m3 caches only
   float v_scale = 1.0f;
+  LatentFormat latent_format = LatentFormat::plain;  // MLA e4m3 caches: fp8_blocked's per-block scales
   int page_size = 16;
   std::vector<std::pair<int64_t, int64_t>> requests;  // (prefix_len, num_new_tokens) each
   bool custom_mask = false;      // a random tree-like mask on every request with new tokens

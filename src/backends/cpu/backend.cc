@@ -89,8 +89,9 @@ cpu::AttendParams CpuBackend::params(int layer, const cpu::Plan& plan, const Ten
   p.lse = lse_output().empty() ? nullptr : lse_output().as<float>();
   p.k_pool = cache().k_pool(layer);
   p.v_pool = p.mla ? p.k_pool : cache().v_pool(layer);
-  p.k_slot_stride = int64_t{c.num_kv_heads} * c.head_dim_k;
-  p.v_slot_stride = p.mla ? c.head_dim_k : int64_t{c.num_kv_heads} * c.head_dim_v;
+  p.fp8_blocked_latent = c.latent_format == LatentFormat::fp8_blocked;
+  p.k_slot_stride = p.fp8_blocked_latent ? static_cast<int64_t>(c.k_slot_bytes()) : int64_t{c.num_kv_heads} * c.head_dim_k;
+  p.v_slot_stride = p.fp8_blocked_latent ? p.k_slot_stride : p.mla ? c.head_dim_k : int64_t{c.num_kv_heads} * c.head_dim_v;
   p.v_head_stride = p.mla ? 0 : c.head_dim_v;
   p.group_size = spec.group_size();
   p.q_scale = p.sm_scale * p.k_scale;

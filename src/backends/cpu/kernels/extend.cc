@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/params.h"
 #include "backends/cpu/kernels/tile_ops-inl.h"
+#include "core/latent_fp8.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit::cpu::HWY_NAMESPACE {
@@ -319,6 +320,12 @@ UnitState attend_rows_t(const AttendParams& p, const UnitWork& u, float* scratch
     } else {
       for (int k = 0; k < nk; ++k) {
         const int64_t slot = p.slot(u.request_idx, key0 + k);
+        if (p.fp8_blocked_latent) {  // each block of the latent through its own scale (kv_cache.h)
+          float* row = t.kt + int64_t{k} * t.k_stride;
+          decode_fp8_blocked_latent(reinterpret_cast<const uint8_t*>(k_pool + slot * p.k_slot_stride), t.dk, dv, row);
+          for (int e = t.dk; e < t.k_stride; ++e) row[e] = 0.0f;
+          continue;
+        }
         convert_row(k_pool + slot * p.k_slot_stride + int64_t{u.kv_head} * t.dk, k_row_len, 1.0f,
                     t.kt + int64_t{k} * t.k_stride, t.k_stride);
         if (!mla) {

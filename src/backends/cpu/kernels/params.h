@@ -25,6 +25,7 @@ struct AttendParams : LayerParams {
   const void* k_pool = nullptr;    // [num_slots, num_kv_heads, head_dim_qk] of kv_dtype (MLA: the latent)
   const void* v_pool = nullptr;    // [num_slots, num_kv_heads, head_dim_vo]; MLA: == k_pool, V is the
                                    // first head_dim_vo entries of each latent slot
+  bool fp8_blocked_latent = false;  // MLA: slots in LatentFormat::fp8_blocked (strides in bytes), decoded per row
   int64_t k_slot_stride = 0;       // elements from one slot to the next in k_pool
   int64_t v_slot_stride = 0;       // ... in v_pool
   int64_t v_head_stride = 0;       // elements from one KV head's V to the next (MLA: 0, all heads share it)
