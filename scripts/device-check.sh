@@ -137,6 +137,22 @@ if [[ $run_bench == 1 && -n "$gpu_backends" ]]; then
     --backends $gpu_backends "${shape_opts[@]}" || note "attnkit bench FAILED"
 fi
 
+if [[ $run_bench == 1 && " $gpu_backends " == *" jit "* ]]; then
+  # jit's first call three ways, on one decode and one prefill shape: cold (an empty cache folder:
+  # compile and tune), from the disk cache (a new process over that folder), and the steady median.
+  section "jit first call"
+  jit_cache=$(mktemp -d)
+  for args in "--phase decode --batch 16 --kv-len 8192" "--phase prefill --batch 1 --kv-len 8192"; do
+    for run in cold disk; do
+      # shellcheck disable=SC2086 # args is a list of options
+      line=$(ATTNKIT_CACHE_DIR="$jit_cache" timeout 120 "$tool" bench --backend jit $args --max-seconds 1 2>/dev/null |
+        awk '$1 == "jit" {print}')
+      note "jit first call, $run: ${line:-FAILED}"
+    done
+  done
+  rm -rf "$jit_cache"
+fi
+
 if [[ $run_peers == 1 && -n "$gpu_backends" ]]; then
   section "peers"
   install_peers
