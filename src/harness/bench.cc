@@ -13,6 +13,7 @@
 
 #include "attnkit/batch.h"
 #include "attnkit/registry.h"
+#include "core/latent_fp8.h"
 #include "harness/decode_timeline.h"
 #include "harness/device_copy.h"
 #ifdef ATTNKIT_WITH_CUDA
@@ -45,6 +46,7 @@ KvCacheConfig cache_for(const Workload& w, Device device) {
   KvCacheConfig cfg = KvCacheConfig::for_spec(w.model.layer(0));
   cfg.page_size = w.page_size;
   cfg.dtype = w.kv_dtype;
+  cfg.latent_format = w.latent_format;
   cfg.device = device;
   int64_t pages = 0;
   for (const auto& [p, n] : w.requests) pages += (p + n + w.page_size - 1) / w.page_size;
@@ -66,6 +68,31 @@ void fill_pool(void* pool, size_t nbytes, DType dtype, Device device, uint64_t s
     const size_t len = std::min(block, nbytes - off);
     char* dst = static_cast<char*>(pool) + off;
     if (device == Device::cpu) {
+      std::copy(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(len), dst);
+    } else {
+#ifdef ATTNKIT_WITH_CUDA
+      cuda::copy_host_to_device(dst, host.data(), len);
+#endif
+    }
+  }
+}
+
+// fp8_blocked latent slots hold scales beside the values: slots encoded from random values, a
+// block of them repeated over the pool.
+void fill_latent_pool(void* pool, const KvCacheConfig& cfg, uint64_t seed) {
+  const size_t slot = cfg.k_slot_bytes();
+  const size_t slots = std::min<size_t>(static_cast<size_t>(cfg.num_slots()), (size_t{16} << 20) / slot);
+  std::vector<float> values(static_cast<size_t>(cfg.head_dim_k));
+  std::vector<uint8_t> host(slots * slot);
+  for (size_t i = 0; i < slots; ++i) {
+    fill_uniform(TensorView(values.data(), DType::f32, Device::cpu, {cfg.head_dim_k}), seed + i, -1.0f, 1.0f);
+    encode_fp8_blocked_latent(values.data(), cfg.head_dim_k, cfg.head_dim_v, host.data() + i * slot);
+  }
+  const size_t nbytes = static_cast<size_t>(cfg.num_slots()) * slot;
+  for (size_t off = 0; off < nbytes; off += host.size()) {
+    const size_t len = std::min(host.size(), nbytes - off);
+    char* dst = static_cast<char*>(pool) + off;
+    if (cfg.device == Device::cpu) {
       std::copy(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(len), dst);
     } else {
 #ifdef ATTNKIT_WITH_CUDA
@@ -146,7 +173,10 @@ double workload_bytes(const Workload& w) {
     new_tokens += static_cast<double>(n);
   }
   const double q_row = static_cast<double>(s.num_qo_heads) * (s.head_dim_qk + s.head_dim_vo);  // q in, out back
-  return kv_tokens * kv_row * dtype_size(w.kv_dtype) + new_tokens * (q_row + kv_row) * dtype_size(w.q_dtype);
+  const double kv_bytes = w.latent_format == LatentFormat::fp8_blocked
+                              ? static_cast<double>(cache_for(w, Device::cpu).k_slot_bytes())
+                              : kv_row * dtype_size(w.kv_dtype);
+  return kv_tokens * kv_bytes + new_tokens * (q_row + kv_row) * dtype_size(w.q_dtype);
 }
 
 BenchResult run_bench(const std::string& backend, const Workload& w, const BenchOptions& opt) {
@@ -171,7 +201,11 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   r.skipped = why_unsupported(caps, s, cfg, &batch, w.q_dtype);
   if (!r.skipped.empty()) return r;
   const size_t pool_bytes = static_cast<size_t>(cfg.num_slots());
-  fill_pool(cache.k_pool(0), pool_bytes * cfg.k_slot_bytes(), cfg.dtype, cfg.device, 1);
+  if (cfg.latent_format == LatentFormat::fp8_blocked) {
+    fill_latent_pool(cache.k_pool(0), cfg, 1);
+  } else {
+    fill_pool(cache.k_pool(0), pool_bytes * cfg.k_slot_bytes(), cfg.dtype, cfg.device, 1);
+  }
   if (!cfg.mla) fill_pool(cache.v_pool(0), pool_bytes * cfg.v_slot_bytes(), cfg.dtype, cfg.device, 2);
 
   const int64_t n = batch.num_tokens();

@@ -22,6 +22,7 @@ struct Workload {
   ModelSpec model;                 // attention of its first layer is timed
   DType q_dtype = DType::bf16;
   DType kv_dtype = DType::bf16;
+  LatentFormat latent_format = LatentFormat::plain;  // MLA e4m3 caches
   int page_size = 16;
   // (prefix_len, num_new_tokens) per request; prefill: (0, n), decode: (kv_len - 1, 1).
   std::vector<std::pair<int64_t, int64_t>> requests;
