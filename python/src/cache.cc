@@ -183,10 +183,15 @@ PyKvCache* from_pools(nb::object kv_pool, nb::object k_pools, nb::object v_pools
 nb::object pool_array(PyKvCache& c, int layer, bool is_v) {
   const KvCacheConfig& cfg = c.cache->config();
   void* data = is_v ? c.cache->v_pool(layer) : c.cache->k_pool(layer);
+  const int device_type = cfg.device == Device::cuda ? nb::device::cuda::value : nb::device::cpu::value;
+  if (cfg.latent_format == LatentFormat::fp8_blocked) {  // mixed types in a slot: its bytes
+    const size_t bytes[3] = {static_cast<size_t>(cfg.num_pages), static_cast<size_t>(cfg.page_size), cfg.k_slot_bytes()};
+    nb::ndarray<nb::array_api> a(data, 3, bytes, nb::find(&c), nullptr, nb::dtype<uint8_t>(), device_type, c.device_id);
+    return nb::cast(a, nb::rv_policy::reference);
+  }
   const size_t dim = static_cast<size_t>(is_v && !cfg.mla ? cfg.head_dim_v : cfg.head_dim_k);
   const size_t shape[4] = {static_cast<size_t>(cfg.num_pages), static_cast<size_t>(cfg.page_size),
                            static_cast<size_t>(cfg.num_kv_heads), dim};
-  const int device_type = cfg.device == Device::cuda ? nb::device::cuda::value : nb::device::cpu::value;
   // array_api: an object with __dlpack__ and __dlpack_device__, for torch, NumPy and CuPy alike.
   nb::ndarray<nb::array_api> a(data, 4, shape, nb::find(&c), nullptr, dlpack_dtype(cfg.dtype), device_type,
                                c.device_id);
@@ -204,8 +209,11 @@ void bind_cache(nb::module_& m) {
           "__init__",
           [](PyKvCache* self, int num_layers, int num_pages, int page_size, int num_kv_heads, int head_dim,
              std::optional<int> head_dim_v, nb::handle dtype, nb::handle device, float k_scale, float v_scale,
-             bool mla) {
+             bool mla, const std::string& latent_format) {
             KvCacheConfig c;
+            ATTNKIT_CHECK(latent_format == "plain" || latent_format == "fp8_blocked",
+                          "KvCache: latent_format must be 'plain' or 'fp8_blocked', got '", latent_format, "'");
+            c.latent_format = latent_format == "fp8_blocked" ? LatentFormat::fp8_blocked : LatentFormat::plain;
             c.num_layers = num_layers;
             c.num_pages = num_pages;
             c.page_size = page_size;
@@ -223,8 +231,11 @@ void bind_cache(nb::module_& m) {
           nb::arg("num_layers"), nb::arg("num_pages"), nb::arg("page_size"), nb::arg("num_kv_heads"),
           nb::arg("head_dim"), nb::kw_only(), nb::arg("head_dim_v") = nb::none(), nb::arg("dtype") = "bf16",
           nb::arg("device") = "cpu", nb::arg("k_scale") = 1.0f, nb::arg("v_scale") = 1.0f, nb::arg("mla") = false,
+          nb::arg("latent_format") = "plain",
           "A cache with pools of its own. dtype: 'bf16', 'f16', 'f32' (CPU backends) or 'e4m3' (stored = value /\n"
-          "scale), or a torch dtype; device: 'cpu' or 'cuda'. Pool contents are unspecified until written.")
+          "scale), or a torch dtype; device: 'cpu' or 'cuda'. Pool contents are unspecified until written.\n"
+          "latent_format 'fp8_blocked' (MLA, e4m3): e4m3 values in blocks of 128 with an fp32 scale each, RoPE\n"
+          "in bf16 (656 bytes a deepseek-v3 token); its pools are views of bytes [num_pages, page_size, slot bytes].")
       .def_static("from_pools", &from_pools, nb::arg("kv_pool") = nb::none(), nb::kw_only(),
                   nb::arg("k_pools") = nb::none(), nb::arg("v_pools") = nb::none(), nb::arg("page_size") = nb::none(),
                   nb::arg("k_scale") = 1.0f, nb::arg("v_scale") = 1.0f, nb::arg("mla") = false,
@@ -242,6 +253,9 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("head_dim_k", [](const PyKvCache& c) { return c.cache->config().head_dim_k; })
       .def_prop_ro("head_dim_v", [](const PyKvCache& c) { return c.cache->config().head_dim_v; })
       .def_prop_ro("mla", [](const PyKvCache& c) { return c.cache->config().mla; })
+      .def_prop_ro("latent_format", [](const PyKvCache& c) {
+        return std::string(c.cache->config().latent_format == LatentFormat::fp8_blocked ? "fp8_blocked" : "plain");
+      })
       .def_prop_ro("dtype", [](const PyKvCache& c) { return std::string(dtype_name(c.cache->config().dtype)); })
       .def_prop_ro("device", [](const PyKvCache& c) { return std::string(device_name(c.cache->config().device)); })
       .def_prop_ro("owns_pools", [](const PyKvCache& c) { return c.pool_owners.empty(); },

@@ -88,3 +88,16 @@ def test_own_cache_arguments_are_checked():
     with pytest.raises(attnkit.Error) as e:
         attnkit.KvCache(1, 4, 16, 2, 32, dtype="int8")
     assert str(e.value) == "KvCache: dtype must be one of f32, f16, bf16, e4m3, got 'int8'"
+
+
+def test_an_fp8_blocked_latent_cache_exports_its_slot_bytes():
+    cache = attnkit.KvCache(1, 2, 64, 1, 576, head_dim_v=512, dtype="e4m3", mla=True, latent_format="fp8_blocked")
+    assert cache.latent_format == "fp8_blocked"
+    pool = torch.from_dlpack(cache.k_pool(0))
+    assert pool.shape == (2, 64, 656) and pool.dtype == torch.uint8
+    with pytest.raises(attnkit.Error) as e:
+        attnkit.KvCache(1, 2, 64, 1, 576, head_dim_v=512, dtype="e4m3", mla=True, latent_format="fp8")
+    assert str(e.value) == "KvCache: latent_format must be 'plain' or 'fp8_blocked', got 'fp8'"
+    with pytest.raises(attnkit.Error) as e:
+        attnkit.KvCache(1, 2, 64, 1, 576, head_dim_v=512, dtype="bf16", mla=True, latent_format="fp8_blocked")
+    assert "fp8_blocked stores e4m3, so dtype must be e4m3, got bf16" in str(e.value)
