@@ -182,9 +182,6 @@ void KvCache::store(int layer, const TensorView& k, const TensorView& v, const T
     store_kv_cpu(config_, k_pool(layer), v_pool(layer), k, v, loc, n);
   } else {
 #ifdef ATTNKIT_WITH_CUDA
-    ATTNKIT_CHECK(config_.latent_format == LatentFormat::plain,
-                  "cache store: the fp8_blocked latent is written by the host store only so far; this cache is on ",
-                  device_name(config_.device));
     // Device slots were range-checked on the host when the batch was validated.
     store_kv_cuda(config_, k_pool(layer), v_pool(layer), k, v, out_cache_loc.as<const int64_t>(), n);
 #endif

@@ -97,11 +97,64 @@ void store_rows(DType pool_dtype, DType src_dtype, const RowsToStore& r) {
   }
 }
 
+// fp8_blocked latents (kv_cache.h, and core/latent_fp8.cc on the host, which it matches byte for
+// byte): one CTA a token, one thread a value of each block of 128; the block's largest magnitude
+// by warp shuffles and shared memory.
+__global__ void store_fp8_blocked_kernel(uint8_t* __restrict__ pool, const float* __restrict__ src_f32,
+                                         const __half* __restrict__ src_f16, const __nv_bfloat16* __restrict__ src_bf16,
+                                         const int64_t* __restrict__ g_loc, int head_dim_k, int head_dim_v,
+                                         int64_t slot_bytes) {
+  __shared__ float warp_max[kLatentScaleBlock / 32];
+  const int64_t t = blockIdx.x;
+  uint8_t* slot = pool + g_loc[t] * slot_bytes;
+  const auto value = [&](int e) {
+    const int64_t i = t * head_dim_k + e;
+    return src_f32 ? src_f32[i] : src_f16 ? __half2float(src_f16[i]) : __bfloat162float(src_bf16[i]);
+  };
+  const int blocks = head_dim_v / kLatentScaleBlock;
+  for (int b = 0; b < blocks; ++b) {
+    const float x = value(b * kLatentScaleBlock + threadIdx.x);
+    float m = fabsf(x);
+    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    float amax = 0.0f;
+    for (int w = 0; w < kLatentScaleBlock / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+    __syncthreads();  // warp_max is rewritten by the next block
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    slot[b * kLatentScaleBlock + threadIdx.x] = __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3);
+    if (threadIdx.x < 4) {  // the scale byte by byte: a slot's scales need not be 4-byte aligned
+      slot[head_dim_v + 4 * b + threadIdx.x] = static_cast<uint8_t>(__float_as_uint(scale) >> (8 * threadIdx.x));
+    }
+  }
+  uint8_t* tail = slot + head_dim_v + 4 * blocks;
+  for (int e = head_dim_v + threadIdx.x; e < head_dim_k; e += blockDim.x) {
+    const unsigned short bits = __bfloat16_as_ushort(__float2bfloat16_rn(value(e)));
+    tail[2 * (e - head_dim_v)] = static_cast<uint8_t>(bits & 0xff);
+    tail[2 * (e - head_dim_v) + 1] = static_cast<uint8_t>(bits >> 8);
+  }
+}
+
+void store_fp8_blocked(const KvCacheConfig& config, void* pool, const TensorView& k, const int64_t* loc, int64_t n) {
+  ATTNKIT_CHECK(k.dtype == DType::f32 || k.dtype == DType::f16 || k.dtype == DType::bf16,
+                "store_kv: source dtype ", dtype_name(k.dtype), " is not supported");
+  store_fp8_blocked_kernel<<<static_cast<unsigned>(n), kLatentScaleBlock>>>(
+      static_cast<uint8_t*>(pool), k.dtype == DType::f32 ? static_cast<const float*>(k.data) : nullptr,
+      k.dtype == DType::f16 ? static_cast<const __half*>(k.data) : nullptr,
+      k.dtype == DType::bf16 ? static_cast<const __nv_bfloat16*>(k.data) : nullptr, loc, config.head_dim_k,
+      config.head_dim_v, static_cast<int64_t>(config.k_slot_bytes()));
+  ATTNKIT_CUDA_CHECK_LAUNCH("store_fp8_blocked_kernel [", n, " latents of ", config.head_dim_k, "]");
+}
+
 }  // namespace
 
 void store_kv_cuda(const KvCacheConfig& config, void* k_pool, void* v_pool, const TensorView& k,
                    const TensorView& v, const int64_t* out_cache_loc, int64_t num_tokens) {
   if (num_tokens == 0) return;
+  if (config.latent_format == LatentFormat::fp8_blocked) {
+    store_fp8_blocked(config, k_pool, k, out_cache_loc, num_tokens);
+    return;
+  }
   const bool fp8 = config.dtype == DType::e4m3;
   const float k_scale = fp8 ? config.k_scale : 1.0f, v_scale = fp8 ? config.v_scale : 1.0f;
   const int64_t k_row = k.numel() / num_tokens;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "attnkit/registry.h"
+#include "gpu_test.h"
 #include "core/latent_fp8.h"
 
 namespace attnkit {
@@ -149,6 +150,40 @@ TEST(Fp8BlockedLatent, ReferenceReadsTheDecodedValues) {
   // `cpu` decodes each row into its f32 tiles: fp32 sums against fp64, over up to 37 keys.
   const std::vector<float> cpu = run(blocked(spec, 8, 8), latent, "cpu");
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(cpu[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << "element " << i;
+}
+
+// The device store against the host's, byte for byte: random latents in bf16 (what a model hands
+// over) with blocks of very different magnitudes, and an all-zero block.
+TEST(Fp8BlockedLatent, TheGpuStoreWritesTheHostsBytes) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const AttentionSpec spec = AttentionSpec::mla(16, 512, 64, 0.1f);
+  const int tokens = 40;
+  std::vector<uint16_t> latent(static_cast<size_t>(tokens) * 576);
+  for (size_t i = 0; i < latent.size(); ++i) {
+    const size_t block = (i % 576) / 128;
+    const float magnitude = block == 0 ? 0.0f : std::ldexp(1.0f, static_cast<int>(block) * 5 - 12);
+    latent[i] = float_to_bf16_bits(std::sin(0.731f * static_cast<float>(i)) * magnitude + (i % 576 >= 512 ? 0.3f : 0.0f));
+  }
+  std::vector<int64_t> slots(static_cast<size_t>(tokens));
+  for (int t = 0; t < tokens; ++t) slots[static_cast<size_t>(t)] = (t * 7) % 64;  // out of order
+  std::vector<std::vector<uint8_t>> bytes;
+  for (Device device : {Device::cpu, Device::cuda}) {
+    KvCacheConfig c = blocked(spec, 1, 64);
+    c.device = device;
+    KvCache cache(c);
+    Buffer rows(device, latent.size() * 2), loc(device, slots.size() * sizeof(int64_t));
+    copy(rows.view(DType::bf16, {tokens, 1, 576}), TensorView(latent.data(), DType::bf16, Device::cpu, {tokens, 1, 576}));
+    copy(loc.view(DType::i64, {tokens}), TensorView(slots.data(), DType::i64, Device::cpu, {tokens}));
+    cache.store(0, rows.view(DType::bf16, {tokens, 1, 576}), TensorView(), loc.view(DType::i64, {tokens}));
+    std::vector<uint8_t> out(64 * c.k_slot_bytes());
+    copy(TensorView(out.data(), DType::u8, Device::cpu, {static_cast<int64_t>(out.size())}),
+         TensorView(cache.k_pool(0), DType::u8, device, {static_cast<int64_t>(out.size())}));
+    bytes.push_back(std::move(out));
+  }
+  for (int t = 0; t < tokens; ++t) {
+    const size_t at = static_cast<size_t>(slots[static_cast<size_t>(t)]) * 656;
+    for (size_t b = 0; b < 656; ++b) ASSERT_EQ(bytes[1][at + b], bytes[0][at + b]) << "token " << t << ", byte " << b;
+  }
 }
 
 TEST(Fp8BlockedLatent, BackendsThatDoNotReadTheLayoutSaySo) {
