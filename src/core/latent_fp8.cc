@@ -1,4 +1,4 @@
-#include "core/latent_fp8.h"
+#include "attnkit/latent_fp8.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/latent_fp8.h"
+#include "attnkit/latent_fp8.h"
 
 namespace attnkit {
 

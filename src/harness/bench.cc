@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "attnkit/batch.h"
+#include "attnkit/latent_fp8.h"
 #include "attnkit/registry.h"
-#include "core/latent_fp8.h"
 #include "harness/decode_timeline.h"
 #include "harness/device_copy.h"
 #ifdef ATTNKIT_WITH_CUDA

@@ -9,7 +9,7 @@
 
 #include "attnkit/registry.h"
 #include "gpu_test.h"
-#include "core/latent_fp8.h"
+#include "attnkit/latent_fp8.h"
 
 namespace attnkit {
 namespace {

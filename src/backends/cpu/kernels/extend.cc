@@ -7,11 +7,11 @@
 #include "hwy/highway.h"
 
 #include "attnkit/error.h"
+#include "attnkit/latent_fp8.h"
 #include "backends/cpu/kernels/bf16_dot.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/params.h"
 #include "backends/cpu/kernels/tile_ops-inl.h"
-#include "core/latent_fp8.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit::cpu::HWY_NAMESPACE {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/latent_fp8.h"
+#include "attnkit/latent_fp8.h"
 #include "core/variant_expr.h"
 
 namespace attnkit::reference {

@@ -1,6 +1,7 @@
 // The fp8_blocked MLA latent slot (kv_cache.h: LatentFormat), written and read in one place: the
-// host store and `reference` use these; a device kernel that serves the layout must match them
-// (tests/core/latent_fp8_test.cc holds hand-computed slots).
+// host store, `reference`, `cpu` and the benchmark's pool fill use these, and an engine that writes
+// slots itself can; the device store matches them byte for byte (tests/backends/reference/
+// fp8_blocked_latent_test.cc holds hand-computed slots).
 #pragma once
 
 #include <cstdint>
