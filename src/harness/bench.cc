@@ -58,14 +58,10 @@ KvCacheConfig cache_for(const Workload& w, Device device) {
 
 // Fills a whole pool with random values: one 16 MiB random block, copied over and over (repeating
 // values are fine for timing; zeros are not, they can run faster than real data).
-void fill_pool(void* pool, size_t nbytes, DType dtype, Device device, uint64_t seed) {
-  constexpr size_t kBlock = size_t{16} << 20;
-  const size_t block = std::min(kBlock, nbytes);
-  std::vector<uint8_t> host(block);
-  fill_uniform(TensorView(host.data(), dtype, Device::cpu, {static_cast<int64_t>(block / dtype_size(dtype))}), seed,
-               -1.0f, 1.0f);
-  for (size_t off = 0; off < nbytes; off += block) {
-    const size_t len = std::min(block, nbytes - off);
+// `host` repeated over the pool's `nbytes` (the last copy cut short).
+void fill_repeated(void* pool, size_t nbytes, const std::vector<uint8_t>& host, Device device) {
+  for (size_t off = 0; off < nbytes; off += host.size()) {
+    const size_t len = std::min(host.size(), nbytes - off);
     char* dst = static_cast<char*>(pool) + off;
     if (device == Device::cpu) {
       std::copy(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(len), dst);
@@ -75,6 +71,15 @@ void fill_pool(void* pool, size_t nbytes, DType dtype, Device device, uint64_t s
 #endif
     }
   }
+}
+
+void fill_pool(void* pool, size_t nbytes, DType dtype, Device device, uint64_t seed) {
+  constexpr size_t kBlock = size_t{16} << 20;
+  const size_t block = std::min(kBlock, nbytes);
+  std::vector<uint8_t> host(block);
+  fill_uniform(TensorView(host.data(), dtype, Device::cpu, {static_cast<int64_t>(block / dtype_size(dtype))}), seed,
+               -1.0f, 1.0f);
+  fill_repeated(pool, nbytes, host, device);
 }
 
 // fp8_blocked latent slots hold scales beside the values: slots encoded from random values, a
@@ -88,18 +93,7 @@ void fill_latent_pool(void* pool, const KvCacheConfig& cfg, uint64_t seed) {
     fill_uniform(TensorView(values.data(), DType::f32, Device::cpu, {cfg.head_dim_k}), seed + i, -1.0f, 1.0f);
     encode_fp8_blocked_latent(values.data(), cfg.head_dim_k, cfg.head_dim_v, host.data() + i * slot);
   }
-  const size_t nbytes = static_cast<size_t>(cfg.num_slots()) * slot;
-  for (size_t off = 0; off < nbytes; off += host.size()) {
-    const size_t len = std::min(host.size(), nbytes - off);
-    char* dst = static_cast<char*>(pool) + off;
-    if (cfg.device == Device::cpu) {
-      std::copy(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(len), dst);
-    } else {
-#ifdef ATTNKIT_WITH_CUDA
-      cuda::copy_host_to_device(dst, host.data(), len);
-#endif
-    }
-  }
+  fill_repeated(pool, static_cast<size_t>(cfg.num_slots()) * slot, host, cfg.device);
 }
 
 double current_rss_bytes() {

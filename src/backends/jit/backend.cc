@@ -45,6 +45,7 @@ JitBackend::JitBackend(const BackendContext& context) : AttentionBackend(context
   num_sms_ = cuda::device_info().num_sms;
   for (int l = 0; l < model().num_layers(); ++l) {
     const AttentionSpec& s = model().layer(l);
+    max_group_ = std::max(max_group_, s.group_size());
     Buffer sinks;
     if (!s.sinks.empty()) {
       sinks = Buffer(Device::cuda, s.sinks.size() * sizeof(float));
@@ -65,7 +66,7 @@ size_t JitBackend::workspace_bytes() const {
 }
 
 const jit::KernelKey& JitBackend::key(int layer, DType q_dtype) {
-  const size_t slot = static_cast<size_t>(layer) * 2 + (q_dtype == DType::bf16 ? 0 : 1);
+  const size_t slot = layer_slot(layer, q_dtype);
   if (keys_.size() <= slot) keys_.resize(static_cast<size_t>(model().num_layers()) * 2);
   if (!keys_[slot]) keys_[slot] = jit::kernel_key_for(model().layer(layer), cache().config(), q_dtype);
   return *keys_[slot];
@@ -100,10 +101,7 @@ void JitBackend::plan(const ForwardBatch& batch) {
   std::memcpy(host.data() + off_pages_, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
   reserve(arena_, total);
   arena_.copy_from_host(host.data(), total);
-  // The largest group decides: a model whose layers differ in group tunes by the widest.
-  int group = 1;
-  for (int l = 0; l < model().num_layers(); ++l) group = std::max(group, model().layer(l).group_size());
-  decode_shaped_ = max_q * group <= kDecodeRows;
+  decode_shaped_ = max_q * max_group_ <= kDecodeRows;
   bucket_ = jit::shape_bucket(decode_shaped_, batch.num_tokens(), kv_tokens);
   ++generation_;
   std::fill(layer_tuned_.begin(), layer_tuned_.end(), nullptr);
@@ -148,60 +146,46 @@ const JitBackend::Work& JitBackend::work(int layer, const jit::KernelKey& key, c
   return w;
 }
 
+JitBackend::LaunchArgs JitBackend::launch_args(int layer, const TensorView& q, const TensorView& out) const {
+  const LayerParams& lp = layer_params(layer);
+  auto* base = static_cast<unsigned char*>(arena_.data());
+  const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
+  return {q.data, out.data, cache().k_pool(layer), cache().v_pool(layer), base + off_token_request_,
+          base + off_requests_, base + off_pages_, sinks.nbytes() ? sinks.data() : nullptr, lp.sm_scale,
+          lp.logits_soft_cap, lp.window_left, lp.causal ? 1 : 0};
+}
+
 void JitBackend::launch_mma_tile(int layer, const jit::CompiledKernel& kernel, const Work& w, const TensorView& q,
                                  const TensorView& out) {
   if (w.num_items == 0) return;
   const LayerParams& lp = layer_params(layer);
-  auto* base = static_cast<unsigned char*>(arena_.data());
-  const void* q_ptr = q.data;
-  void* out_ptr = out.data;
-  const void* k_pool = cache().k_pool(layer);
-  const void* v_pool = cache().v_pool(layer);
+  LaunchArgs a = launch_args(layer, q, out);
   const void* items = w.items.data();
   const void* merges = static_cast<const int32_t*>(w.items.data()) + static_cast<size_t>(w.num_items) * jit::WorkPlan::kStride;
-  const void* requests = base + off_requests_;
-  const void* pages = base + off_pages_;
-  const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
-  const void* sinks_ptr = sinks.nbytes() ? sinks.data() : nullptr;
   void* o_part = partials_.data();
   void* lse_part = static_cast<float*>(partials_.data()) + static_cast<size_t>(w.partial_rows) * lp.num_kv_heads * lp.head_dim_vo;
-  float sm_scale = lp.sm_scale, soft_cap = lp.logits_soft_cap;
-  int window_left = lp.window_left, causal = lp.causal ? 1 : 0;
   const void* tile_flags = w.tile_flags.nbytes() ? w.tile_flags.data() : nullptr;
-  void* args[] = {&q_ptr, &out_ptr, &k_pool, &v_pool, &items, &requests, &pages, &sinks_ptr, &o_part, &lse_part,
-                  &sm_scale, &soft_cap, &window_left, &causal, &tile_flags};
+  void* args[] = {&a.q, &a.out, &a.k_pool, &a.v_pool, &items, &a.requests, &a.pages, &a.sinks, &o_part, &lse_part,
+                  &a.sm_scale, &a.soft_cap, &a.window_left, &a.causal, &tile_flags};
   const dim3 grid(static_cast<unsigned>(w.num_items), static_cast<unsigned>(lp.num_kv_heads));
   ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, kernel.smem_bytes, stream()));
   if (w.num_merges == 0) return;
-  void* merge_args[] = {&out_ptr, &o_part, &lse_part, &merges, &requests, &sinks_ptr};
+  void* merge_args[] = {&a.out, &o_part, &lse_part, &merges, &a.requests, &a.sinks};
   const dim3 merge_grid(static_cast<unsigned>(w.num_merges), static_cast<unsigned>(lp.num_kv_heads));
   ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.merge, merge_grid, dim3(128), merge_args, 0, stream()));
 }
 
 void JitBackend::launch_warp_row(int layer, const jit::CompiledKernel& kernel, const TensorView& q,
                                  const TensorView& out) {
-  const LayerParams& lp = layer_params(layer);
-  auto* base = static_cast<unsigned char*>(arena_.data());
-  const void* q_ptr = q.data;
-  void* out_ptr = out.data;
-  const void* k_pool = cache().k_pool(layer);
-  const void* v_pool = cache().v_pool(layer);
-  const void* token_request = base + off_token_request_;
-  const void* requests = base + off_requests_;
-  const void* pages = base + off_pages_;
-  const Buffer& sinks = sinks_[static_cast<size_t>(layer)];
-  const void* sinks_ptr = sinks.nbytes() ? sinks.data() : nullptr;
-  float sm_scale = lp.sm_scale, soft_cap = lp.logits_soft_cap;
-  int window_left = lp.window_left, causal = lp.causal ? 1 : 0;
-  void* args[] = {&q_ptr, &out_ptr, &k_pool, &v_pool, &token_request, &requests, &pages, &sinks_ptr,
-                  &sm_scale, &soft_cap, &window_left, &causal};
-  const dim3 grid(static_cast<unsigned>(batch().num_tokens()), static_cast<unsigned>(lp.num_kv_heads));
+  LaunchArgs a = launch_args(layer, q, out);
+  void* args[] = {&a.q, &a.out, &a.k_pool, &a.v_pool, &a.token_request, &a.requests, &a.pages, &a.sinks,
+                  &a.sm_scale, &a.soft_cap, &a.window_left, &a.causal};
+  const dim3 grid(static_cast<unsigned>(batch().num_tokens()), static_cast<unsigned>(layer_params(layer).num_kv_heads));
   ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, 0, stream()));
 }
 
-const JitBackend::Tuned& JitBackend::tuned(int layer, const jit::KernelKey& base, const TensorView& q,
-                                           const TensorView& out) {
-  const std::string name = bucket_ + "|" + base.describe();
+const JitBackend::Tuned& JitBackend::tuned(const std::string& name, int layer, const jit::KernelKey& base,
+                                           const TensorView& q, const TensorView& out) {
   if (auto it = tuned_.find(name); it != tuned_.end()) return it->second;
   // Each candidate timed on this layer's real call: two launches to warm, the median of five.
   const auto measure = [&](const jit::TileConfig& t) -> double {
@@ -248,20 +232,24 @@ void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
     return;
   }
   // This batch's choice for the layer: a slot lookup once made, no string built on a call.
-  const size_t slot = static_cast<size_t>(layer) * 2 + (q.dtype == DType::bf16 ? 0 : 1);
+  const size_t slot = layer_slot(layer, q.dtype);
   if (layer_tuned_.size() <= slot) {
     layer_tuned_.resize(static_cast<size_t>(model().num_layers()) * 2, nullptr);
     layer_work_.resize(layer_tuned_.size(), nullptr);
   }
-  if (layer_tuned_[slot] == nullptr && !tuned_.count(bucket_ + "|" + base.describe())) {
-    jit::KernelKey first = base;
-    first.tile = jit::tile_candidates(base, decode_shaped_).front();
-    jit::ModuleCache::global().get(first);  // as above: a variant that does not compile fails here
+  std::string name;  // the tuner's choice's name: built once a layer and batch, not on every call
+  if (layer_tuned_[slot] == nullptr) {
+    name = bucket_ + "|" + base.describe();
+    if (!tuned_.count(name)) {
+      jit::KernelKey first = base;
+      first.tile = jit::tile_candidates(base, decode_shaped_).front();
+      jit::ModuleCache::global().get(first);  // as above: a variant that does not compile fails here
+    }
   }
   store_new_kv(layer, k, v, loc);
   if (b.num_tokens() == 0) return;
   if (layer_tuned_[slot] == nullptr) {
-    const Tuned& t = tuned(layer, base, q, out);
+    const Tuned& t = tuned(name, layer, base, q, out);
     layer_tuned_[slot] = &t;
     layer_work_[slot] = &work(layer, t.key, *t.kernel);
   }

@@ -42,6 +42,7 @@ class JitBackend final : public AttentionBackend {
   std::string bucket_;                           // the batch's shape bucket (tuner.h)
   int generation_ = 0;                           // batches planned: a Work of an older one is stale
   int num_sms_ = 0;
+  int max_group_ = 1;  // the widest GQA group of the model's layers: it decides decode_shaped_
   // mma_tile's work, cut and uploaded once a batch for each tile shape and mask the layers use.
   struct Work {
     Buffer items;  // items, then merges (work.h)
@@ -67,12 +68,29 @@ class JitBackend final : public AttentionBackend {
   // The work of `kernel` (of `key`'s mask) on this batch: cut, uploaded and its tile mask computed
   // the first time a batch asks.
   const Work& work(int layer, const jit::KernelKey& key, const jit::CompiledKernel& kernel);
+  // What both templates' attend takes of a layer and the batch, as lvalues for cudaLaunchKernel.
+  struct LaunchArgs {
+    const void* q;
+    void* out;
+    const void* k_pool;
+    const void* v_pool;
+    const void* token_request;
+    const void* requests;
+    const void* pages;
+    const void* sinks;
+    float sm_scale, soft_cap;
+    int window_left, causal;
+  };
+  LaunchArgs launch_args(int layer, const TensorView& q, const TensorView& out) const;
   void launch_mma_tile(int layer, const jit::CompiledKernel& kernel, const Work& work, const TensorView& q,
                        const TensorView& out);
   void launch_warp_row(int layer, const jit::CompiledKernel& kernel, const TensorView& q, const TensorView& out);
-  // The tile the tuner chose for the layer's key in this batch's bucket, measured on this call
-  // (q, out) the first time.
-  const Tuned& tuned(int layer, const jit::KernelKey& base, const TensorView& q, const TensorView& out);
+  // The tile the tuner chose for the layer's key in this batch's bucket (`name`: both), measured on
+  // this call (q, out) the first time.
+  const Tuned& tuned(const std::string& name, int layer, const jit::KernelKey& base, const TensorView& q,
+                     const TensorView& out);
+  // The index of (layer, q dtype) in keys_, layer_tuned_ and layer_work_.
+  static size_t layer_slot(int layer, DType q_dtype) { return static_cast<size_t>(layer) * 2 + (q_dtype == DType::bf16 ? 0 : 1); }
 };
 
 }  // namespace attnkit
