@@ -31,6 +31,7 @@ struct Capabilities {
   std::vector<int> mla_dims;         // supported kv_lora_rank values for MLA; empty: any
   std::vector<int> mla_rope_dims;    // supported qk_rope_head_dim values for MLA; empty: any
   bool fp8_blocked_latent = false;   // MLA caches in LatentFormat::fp8_blocked (656-byte slots)
+  bool plain_e4m3_latent = true;     // MLA e4m3 caches in LatentFormat::plain (the one k_scale)
   int min_page_size = 1;
   int max_page_size = 256;
   std::vector<int> page_sizes;       // the page sizes served, all in min..max; empty: every size in min..max

@@ -36,6 +36,9 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
   if (cache.latent_format == LatentFormat::fp8_blocked && !caps.fp8_blocked_latent) {
     return "the fp8_blocked latent cache (e4m3 in blocks of 128 with their scales, RoPE in bf16) is not supported";
   }
+  if (cache.mla && cache.dtype == DType::e4m3 && cache.latent_format == LatentFormat::plain && !caps.plain_e4m3_latent) {
+    return "an e4m3 latent cache must be LatentFormat::fp8_blocked here (per-block scales), not plain with one k_scale";
+  }
   if (q_dtype && !contains(caps.q_dtypes, *q_dtype)) {
     return concat("q dtype must be one of ", list(caps.q_dtypes), ", got ", dtype_name(*q_dtype));
   }

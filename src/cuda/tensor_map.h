@@ -14,8 +14,9 @@ struct alignas(64) TensorMap {
 };
 
 // A tiled map over `base`: dims and box innermost first, byte strides of dims 1.. (dim 0 is
-// contiguous), 128-byte swizzle (the layout wgmma reads), 2-byte elements (bf16 or f16). Throws
-// attnkit::Error naming `what` when the driver refuses it.
+// contiguous). bf16 or f16 elements with 128-byte swizzle (the layout wgmma reads), or f32 words
+// unswizzled (raw bytes copied as they lie: the fp8_blocked latent slots). Throws attnkit::Error
+// naming `what` when the driver refuses it.
 TensorMap make_tensor_map(const char* what, DType dtype, const void* base, std::initializer_list<int64_t> dims,
                           std::initializer_list<int64_t> strides_bytes, std::initializer_list<int> box);
 

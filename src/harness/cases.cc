@@ -102,7 +102,9 @@ std::vector<CheckCase> random_cases(const ModelSpec& model, const Capabilities& 
     if (c.kv_dtype == DType::e4m3) {
       c.k_scale = 0.5f;
       c.v_scale = c.spec.is_mla() ? 1.0f : 0.25f;  // an MLA latent has the one k_scale
-      if (caps.fp8_blocked_latent && c.spec.is_mla() && c.spec.head_dim_vo % kLatentScaleBlock == 0 && chance(0.5)) {
+      const bool blocked_only = c.spec.is_mla() && !caps.plain_e4m3_latent;
+      if (caps.fp8_blocked_latent && c.spec.is_mla() && c.spec.head_dim_vo % kLatentScaleBlock == 0 &&
+          (blocked_only || chance(0.5))) {
         c.latent_format = LatentFormat::fp8_blocked;  // its scales are per block: no k_scale
         c.k_scale = 1.0f;
       }

@@ -33,9 +33,12 @@ MlaBackend::MlaBackend(const BackendContext& context) : AttentionBackend(context
   shape_.causal = s0.causal;
   shape_.window_left = s0.window_left;
   shape_.num_ctas = cuda::device_info().num_sms;
+  shape_.fp8_latent = c.latent_format == LatentFormat::fp8_blocked;
   // The tensor maps are made once the page size is known to be served (a refused cache fails at plan).
-  if (mla::why_unsupported(c.page_size, DType::bf16, c.dtype).empty()) {
-    for (int l = 0; l < c.num_layers; ++l) maps_.push_back(mla::make_latent_map(cache().k_pool(l), c.num_slots(), c.page_size));
+  if (mla::why_unsupported(c, DType::bf16).empty()) {
+    for (int l = 0; l < c.num_layers; ++l) {
+      maps_.push_back(mla::make_latent_map(cache().k_pool(l), c.num_slots(), c.page_size, shape_.fp8_latent));
+    }
   }
 }
 
@@ -64,12 +67,13 @@ size_t partial_bytes(int64_t partials) {
 void MlaBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages) {
   ATTNKIT_CHECK(max_batch_size >= 1, "mla init_cuda_graph_state: max_batch_size must be >= 1, got ", max_batch_size);
   ATTNKIT_CHECK(max_num_pages >= 1, "mla init_cuda_graph_state: max_num_pages must be >= 1, got ", max_num_pages);
-  // A decode token's rows (its heads) span ceil(heads / 64) row tiles. The plan splits a row tile
+  // A decode token's rows (its heads) span ceil(heads / tile rows) row tiles. The plan splits a row tile
   // into pieces of exactly `chunk` tiles, chunk >= total / num_ctas, and one shorter rest: at most
   // num_ctas full pieces in all plus one rest a row tile; every split piece has a partial.
   Sizes b;
   b.tokens = max_batch_size;
-  const int64_t row_tiles = int64_t{max_batch_size} * ((shape_.num_qo_heads + mla::kTileRows - 1) / mla::kTileRows);
+  const int tile_rows = mla::tile_rows_for(shape_.num_qo_heads, shape_.fp8_latent);
+  const int64_t row_tiles = int64_t{max_batch_size} * ((shape_.num_qo_heads + tile_rows - 1) / tile_rows);
   b.work = row_tiles + shape_.num_ctas;
   b.merges = row_tiles;
   b.partials = b.work;
@@ -82,7 +86,7 @@ void MlaBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages) {
 
 void MlaBackend::plan(const ForwardBatch& batch) {
   const KvCacheConfig& c = cache().config();
-  mla::check_supported(c.page_size, DType::bf16, c.dtype, "plan");
+  mla::check_supported(c, DType::bf16, "plan");
   plan_ = mla::make_plan(batch, shape_);
   Sizes need;
   need.tokens = batch.num_tokens();
@@ -114,7 +118,7 @@ void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
                             const TensorView& out) {
   const KvCacheConfig& c = cache().config();
   // Refused before the cache store, now that q's dtype is known.
-  mla::check_supported(c.page_size, q.dtype, c.dtype, "forward");
+  mla::check_supported(c, q.dtype, "forward");
   const ForwardBatch& b = batch();
   const Arena& arena = on_graph_ ? graph_ : dynamic_;
   const Layout& l = arena.layout;
@@ -135,12 +139,14 @@ void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   auto* po = static_cast<float*>(arena.partials.data());
   p.partial_o = po;
   p.partial_lse = po ? po + static_cast<size_t>(partials) * mla::kTileRows * mla::kHeadDimVo : nullptr;
+  p.tile_rows = plan_.tile_rows;
+  p.fp8_latent = shape_.fp8_latent;
   mla::launch_attend(p, maps_[static_cast<size_t>(layer)], stream());
 }
 
 void register_mla_backend(Registry& registry) {
   registry.add({.name = "mla",
-                .description = "absorbed MLA over the paged latent cache: TMA tiles, wgmma, split-KV planned once a batch",
+                .description = "absorbed MLA over the paged latent cache (bf16 or fp8_blocked): TMA tiles, wgmma, split-KV planned once a batch",
                 .device = Device::cuda,
                 .capabilities = mla::capabilities,
                 .why_unavailable = cuda::why_not_hopper,

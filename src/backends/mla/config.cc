@@ -8,21 +8,26 @@ namespace attnkit::mla {
 using support::contains;
 using support::list_text;
 
-std::string why_unsupported(int page_size, DType q_dtype, DType kv_dtype) {
-  if (!contains(Support::page_sizes, page_size)) {
-    return detail::concat("page_size must be ", list_text(Support::page_sizes), ", got ", page_size);
+int tile_rows_for(int max_request_rows, bool fp8_latent) {
+  if (max_request_rows <= 16) return 16;
+  return fp8_latent ? 32 : kTileRows;
+}
+
+std::string why_unsupported(const KvCacheConfig& cache, DType q_dtype) {
+  if (!contains(Support::page_sizes, cache.page_size)) {
+    return detail::concat("page_size must be ", list_text(Support::page_sizes), ", got ", cache.page_size);
   }
   if (!contains(Support::q_dtypes, q_dtype)) {
     return detail::concat("q dtype must be ", list_text(Support::q_dtypes), ", got ", dtype_name(q_dtype));
   }
-  if (!contains(Support::kv_dtypes, kv_dtype)) {
-    return detail::concat("cache dtype must be ", list_text(Support::kv_dtypes), ", got ", dtype_name(kv_dtype));
+  if (!contains(Support::kv_dtypes, cache.dtype)) {
+    return detail::concat("cache dtype must be ", list_text(Support::kv_dtypes), ", got ", dtype_name(cache.dtype));
   }
   return {};
 }
 
-void check_supported(int page_size, DType q_dtype, DType kv_dtype, const char* who) {
-  const std::string why = why_unsupported(page_size, q_dtype, kv_dtype);
+void check_supported(const KvCacheConfig& cache, DType q_dtype, const char* who) {
+  const std::string why = why_unsupported(cache, q_dtype);
   ATTNKIT_CHECK(why.empty(), "mla ", who, ": ", why);
 }
 
@@ -34,6 +39,8 @@ Capabilities capabilities() {
   c.mla = true;
   c.mla_dims = {Support::kv_lora_rank};
   c.mla_rope_dims = {Support::rope_dim};
+  c.fp8_blocked_latent = true;
+  c.plain_e4m3_latent = false;
   c.page_sizes.assign(Support::page_sizes.begin(), Support::page_sizes.end());
   c.min_page_size = Support::page_sizes.front();
   c.max_page_size = Support::page_sizes.back();

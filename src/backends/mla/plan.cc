@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "backends/mla/config.h"
 
 namespace attnkit::mla {
 
@@ -10,16 +9,20 @@ Plan make_plan(const ForwardBatch& batch, const PlanShape& shape) {
   const int heads = shape.num_qo_heads;
   std::vector<WorkItem> tiles;
   Plan plan;
+  int max_qo_len = 0;
+  for (int i = 0; i < batch.batch_size(); ++i) max_qo_len = std::max(max_qo_len, batch.qo_len(i));
+  plan.tile_rows = tile_rows_for(max_qo_len * heads, shape.fp8_latent);
+  const int tile_rows = plan.tile_rows;
   for (int i = 0; i < batch.batch_size(); ++i) {
     const int qo_len = batch.qo_len(i);
     const int kv_len = batch.kv_len(i);
     const int prefix = kv_len - qo_len;
     const int rows = qo_len * heads;
-    for (int r0 = 0; r0 < rows; r0 += kTileRows) {
+    for (int r0 = 0; r0 < rows; r0 += tile_rows) {
       WorkItem w{};
       w.q_row0 = batch.qo_indptr[static_cast<size_t>(i)] * heads + r0;
       w.t_row0 = r0;
-      w.rows = std::min(kTileRows, rows - r0);
+      w.rows = std::min(tile_rows, rows - r0);
       w.page_begin = batch.kv_page_indptr[static_cast<size_t>(i)];
       w.prefix = prefix;
       const int t_min = r0 / heads;

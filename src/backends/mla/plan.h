@@ -1,5 +1,5 @@
 // The `mla` backend's host scheduler: once per batch, before layer 0, it cuts every request's
-// query rows (heads x new tokens) into 64-row tiles, each tile's visible KV range into 64-token
+// query rows (heads x new tokens) into row tiles of the kernel it picks (config.h: tile_rows_for), each tile's visible KV range into 64-token
 // tiles, and splits long ranges so that the work fills every SM in one wave; splits of one row
 // tile are joined by the combine kernel. Every layer reuses the plan. Host-only, no CUDA header.
 #pragma once
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnkit/batch.h"
+#include "backends/mla/config.h"
 
 namespace attnkit::mla {
 
@@ -42,12 +43,14 @@ struct PlanShape {
   bool causal = true;
   int window_left = -1;
   int num_ctas = 132;  // CTAs that run at once (one a SM)
+  bool fp8_latent = false;  // the cache is LatentFormat::fp8_blocked
 };
 
 struct Plan {
   std::vector<WorkItem> work;  // longest first
   std::vector<MergeItem> merges;
   int num_partials = 0;
+  int tile_rows = kTileRows;  // the row tile, which names the kernel: 16 or 32 narrow, 64 the 64-row one
   int64_t total_tiles = 0;  // 64 x 64 tiles of the batch
 };
 

@@ -1,7 +1,8 @@
 // The `mla` backend against `reference` on DeepSeek's absorbed shape (576 / 512) through the
 // harness (fresh random inputs, poisoned outputs, every element compared): 16 and 128 heads,
 // decode, speculative verification (2 and 4 new tokens), extend with a prefix, the page sizes it
-// serves, splits; and the refusals.
+// serves, splits, on the bf16 and the fp8_blocked cache (`reference` reads the same e4m3 slots,
+// so the bound is q's bf16 one; the kernels round each dequantised value to bf16 once more); and the refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,12 +16,16 @@ namespace attnkit {
 namespace {
 
 harness::CheckCase deepseek_case(const std::string& label, int heads, int page_size,
-                                 std::vector<std::pair<int64_t, int64_t>> requests) {
+                                 std::vector<std::pair<int64_t, int64_t>> requests, bool fp8 = false) {
   harness::CheckCase c;
-  c.label = label;
+  c.label = fp8 ? "fp8 " + label : label;
   c.spec = AttentionSpec::mla(heads, 512, 64, 1.0f / std::sqrt(192.0f));
   c.page_size = page_size;
   c.requests = std::move(requests);
+  if (fp8) {
+    c.kv_dtype = DType::e4m3;
+    c.latent_format = LatentFormat::fp8_blocked;
+  }
   return c;
 }
 
@@ -39,6 +44,15 @@ std::vector<harness::CheckCase> cases() {
       deepseek_case("128 heads extend", 128, 64, {{0, 20}, {40, 7}}),
       deepseek_case("mixed", 16, 64, {{100, 1}, {0, 30}, {250, 1}}),
       deepseek_case("long history, split", 16, 64, {{6000, 1}}),
+      // The fp8_blocked cache: 16-row tiles where requests have 16 rows, else 32.
+      deepseek_case("16 heads decode page 64", 16, 64, {{700, 1}, {3, 1}, {130, 1}, {64, 1}}, true),
+      deepseek_case("16 heads decode page 8", 16, 8, {{100, 1}, {9, 1}}, true),
+      deepseek_case("16 heads decode page 256", 16, 256, {{600, 1}, {255, 1}}, true),
+      deepseek_case("128 heads decode", 128, 64, {{333, 1}, {64, 1}}, true),
+      deepseek_case("16 heads verify 2", 16, 32, {{200, 2}, {77, 2}}, true),
+      deepseek_case("16 heads extend with prefix", 16, 64, {{70, 30}, {0, 45}}, true),
+      deepseek_case("mixed", 16, 16, {{100, 1}, {0, 30}, {250, 1}}, true),
+      deepseek_case("long history, split", 16, 64, {{6000, 1}}, true),
   };
 }
 
@@ -76,6 +90,11 @@ TEST(MlaSupport, RefusesPageSizesItsTilesCannotLoad) {
             "MLA qk_rope_head_dim must be one of 64, got 32");
   EXPECT_EQ(why_unsupported(caps, AttentionSpec::dense(8, 8, 128), KvCacheConfig::for_spec(AttentionSpec::dense(8, 8, 128))),
             "runs on cuda, the cache is on cpu");
+  cfg.dtype = DType::e4m3;  // with one k_scale: refused; in blocks with their scales: served
+  EXPECT_EQ(why_unsupported(caps, spec, cfg),
+            "an e4m3 latent cache must be LatentFormat::fp8_blocked here (per-block scales), not plain with one k_scale");
+  cfg.latent_format = LatentFormat::fp8_blocked;
+  EXPECT_EQ(why_unsupported(caps, spec, cfg), "");
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
-// The `mla` kernels' host side: the latent pool's tensor map (cuda/tensor_map.h), the attention launch and the combine
-// kernel that joins the splits of a row tile (weights exp(lse_s - max) over its splits).
+// The `mla` kernels' host side: the latent pool's tensor map (cuda/tensor_map.h), the launch of
+// the kernel the plan's row tile names, and the combine kernel that joins the splits of a row
+// tile (weights exp(lse_s - max) over its splits).
 #include <cuda_bf16.h>
 
 #include <mutex>
 
+#include "attnkit/error.h"
+
 #include "backends/mla/kernels/attend.h"
 #include "backends/mla/kernels/attend_kernel.cuh"
+#include "backends/mla/kernels/narrow_kernel.cuh"
 #include "cuda/check.h"
 
 namespace attnkit::mla {
@@ -45,20 +49,51 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttendPa
 
 }  // namespace
 
-LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size) {
+LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size, bool fp8_latent) {
+  const int box_rows = page_size < kTileTokens ? page_size : kTileTokens;
+  if (fp8_latent) {  // whole slots as 4-byte words
+    return cuda::make_tensor_map("mla fp8_blocked latent pool", DType::f32, pool, {kFp8SlotBytes / 4, num_slots},
+                                 {int64_t{kFp8SlotBytes}}, {kFp8SlotBytes / 4, box_rows});
+  }
   return cuda::make_tensor_map("mla latent pool", DType::bf16, pool, {kHeadDimQk, num_slots}, {int64_t{kHeadDimQk} * 2},
-                               {64, page_size < kTileTokens ? page_size : kTileTokens});
+                               {64, box_rows});
 }
 
-void launch_attend(const AttendParams& p, const LatentMap& map, cudaStream_t stream) {
-  static std::once_flag attr_once;
-  std::call_once(attr_once, [] {
-    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            attend_detail::kSmemBytes));
+namespace {
+
+// `attr_once` is the kernel's own: its shared-memory attribute is set at its first launch.
+template <typename Kernel>
+void launch(Kernel kernel, std::once_flag& attr_once, int threads, int smem_bytes, const AttendParams& p,
+            const LatentMap& map, cudaStream_t stream, const char* name) {
+  std::call_once(attr_once, [&] {
+    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   });
+  kernel<<<p.num_work, threads, smem_bytes, stream>>>(map, p);
+  ATTNKIT_CUDA_CHECK_LAUNCH("mla ", name, ", ", p.num_work, " items");
+}
+
+template <int kN, bool kFp8>
+void launch_narrow(const AttendParams& p, const LatentMap& map, cudaStream_t stream) {
+  static std::once_flag attr_once;
+  launch(narrow_kernel<kN, kFp8>, attr_once, narrow_detail::kThreads, narrow_detail::Layout<kN, kFp8>::kSmemBytes, p, map,
+         stream, "narrow_kernel");
+}
+
+}  // namespace
+
+void launch_attend(const AttendParams& p, const LatentMap& map, cudaStream_t stream) {
   if (p.num_work > 0) {
-    attend_kernel<<<p.num_work, attend_detail::kThreads, attend_detail::kSmemBytes, stream>>>(map, p);
-    ATTNKIT_CUDA_CHECK_LAUNCH("mla attend_kernel, ", p.num_work, " items");
+    if (p.tile_rows == 16) {
+      if (p.fp8_latent) launch_narrow<16, true>(p, map, stream);
+      else launch_narrow<16, false>(p, map, stream);
+    } else if (p.tile_rows == 32 && p.fp8_latent) {
+      launch_narrow<32, true>(p, map, stream);
+    } else {
+      ATTNKIT_CHECK(p.tile_rows == kTileRows && !p.fp8_latent, "mla: no kernel takes row tiles of ", p.tile_rows,
+                    p.fp8_latent ? " on an fp8_blocked cache" : " on a bf16 cache");
+      static std::once_flag attr_once;
+      launch(attend_kernel, attr_once, attend_detail::kThreads, attend_detail::kSmemBytes, p, map, stream, "attend_kernel");
+    }
   }
   if (p.num_merges > 0) {
     combine_kernel<<<dim3(p.num_merges, kTileRows), kCombineThreads, 0, stream>>>(p);

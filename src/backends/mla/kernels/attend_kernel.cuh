@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       const uint32_t col = (kk / 4) * ad::kBlockBytes + (kk % 4) * 32;
       const uint64_t desc_q = mma::make_desc(s_q + col, 16, 1024);
       const uint64_t desc_k = mma::make_desc(s_k + col + wg * 32 * 128, 16, 1024);
-      hopper::wgmma_m64n32_ss(s, desc_q, desc_k, kk > 0);
+      hopper::wgmma_m64n32_ss<0>(s, desc_q, desc_k, kk > 0);
     }
     mma::commit();
     mma::wait_all();

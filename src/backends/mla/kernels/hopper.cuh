@@ -1,7 +1,9 @@
-// Hopper building blocks of the `mla` kernel (sm_90a): the mbarriers and TMA tile loads of
-// cuda/tma.cuh over the latent pool's tensor map, and the two wgmma shapes it issues: S = Q K^T as m64n32k16 (each warpgroup takes 32 of the tile's 64 tokens)
-// and O += P V as m64n256k16 (each warpgroup owns 256 of the 512 output columns), both operands
-// in shared memory, 128-byte swizzled (the layout the TMA boxes land in).
+// Hopper building blocks of the `mla` kernels (sm_90a): the mbarriers and TMA tile loads of
+// cuda/tma.cuh over the latent pool's tensor maps, and the wgmma shapes the kernels issue, every
+// operand in shared memory, 128-byte swizzled (the layout the TMA boxes land in). The 64-row
+// kernel: S = Q K^T as m64n32k16 (each warpgroup takes 32 of the tile's 64 tokens) and O += P V as
+// m64n256k16 (each warpgroup owns 256 of the 512 output columns). The narrow kernels, transposed:
+// S^T = K Q^T and O^T += V^T P^T as m64n16k16 / m64n32k16.
 #pragma once
 
 #include <cstdint>
@@ -12,19 +14,35 @@
 namespace attnkit::mla::hopper {
 
 // Barriers and TMA copies: cuda/tma.cuh.
+using ::attnkit::cuda::tma::mbar_arrive;
 using ::attnkit::cuda::tma::mbar_expect_tx;
 using ::attnkit::cuda::tma::mbar_init;
 using ::attnkit::cuda::tma::mbar_wait;
 using ::attnkit::cuda::tma::smem_addr;
 using ::attnkit::cuda::tma::load_2d;
 
-// D[64 x 32] (+)= A[64 x 16] B[16 x 32]: A and B K-major; scale_d 0 overwrites D.
+// D[64 x N] (+)= A[64 x 16] B[16 x N], both from shared memory, B K-major; A K-major, or MN-major
+// with kTransposeA (V^T in O^T += V^T P^T: V's values run along its rows); scale_d 0 overwrites D.
+// m64n32 is S = Q K^T of the 64-row kernel and S^T = K Q^T of the 32-row one; m64n16 the 16-row one's.
+template <int kTransposeA>
+__device__ __forceinline__ void wgmma_m64n16_ss(float (&d)[8], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#ifndef ATTNKIT_NO_SM90A
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\nwgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransposeA));
+#else
+  __trap();
+#endif
+}
+
+template <int kTransposeA>
 __device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
 #ifndef ATTNKIT_NO_SM90A
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\nwgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransposeA));
 #else
   __trap();
 #endif
