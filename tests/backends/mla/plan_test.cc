@@ -30,6 +30,28 @@ ForwardBatch make_batch(const std::vector<std::pair<int, int>>& requests, int pa
   return b;
 }
 
+// The row tile names the kernel: 16 rows where no request has more (the narrow kernel), else 64
+// on a bf16 cache and 32 on an fp8_blocked one; the rows are cut by it.
+TEST(MlaPlan, TheRowTileFollowsTheWidestRequestAndTheCache) {
+  EXPECT_EQ(tile_rows_for(16, false), 16);
+  EXPECT_EQ(tile_rows_for(32, false), 64);
+  EXPECT_EQ(tile_rows_for(32, true), 32);
+  EXPECT_EQ(tile_rows_for(128, false), 64);
+  const PlanShape h16{.num_qo_heads = 16, .causal = true, .window_left = -1, .num_ctas = 1};
+  EXPECT_EQ(make_plan(make_batch({{100, 1}, {7, 1}}), h16).tile_rows, 16);
+  const Plan verify = make_plan(make_batch({{100, 2}, {7, 1}}), h16);
+  EXPECT_EQ(verify.tile_rows, 64);
+  ASSERT_EQ(verify.work.size(), 2u);
+  PlanShape fp8 = h16;
+  fp8.fp8_latent = true;
+  const Plan extend = make_plan(make_batch({{0, 5}}), fp8);  // 80 rows: 32 + 32 + 16
+  EXPECT_EQ(extend.tile_rows, 32);
+  ASSERT_EQ(extend.work.size(), 3u);
+  int rows = 0;
+  for (const WorkItem& w : extend.work) rows += w.rows;
+  EXPECT_EQ(rows, 80);
+}
+
 // With one CTA no range is split (a split would only add its merge).
 TEST(MlaPlan, DecodeRowTilesOfSixteenHeadsAreOneTileARequest) {
   const ForwardBatch b = make_batch({{4095, 1}, {99, 1}});
