@@ -129,9 +129,8 @@ __global__ void store_fp8_blocked_kernel(uint8_t* __restrict__ pool, const float
   }
   uint8_t* tail = slot + head_dim_v + 4 * blocks;
   for (int e = head_dim_v + threadIdx.x; e < head_dim_k; e += blockDim.x) {
-    const unsigned short bits = __bfloat16_as_ushort(__float2bfloat16_rn(value(e)));
-    tail[2 * (e - head_dim_v)] = static_cast<uint8_t>(bits & 0xff);
-    tail[2 * (e - head_dim_v) + 1] = static_cast<uint8_t>(bits >> 8);
+    // The tail starts at an even byte (512 + 16 for deepseek-v3) of an even-sized slot.
+    reinterpret_cast<__nv_bfloat16*>(tail)[e - head_dim_v] = __float2bfloat16_rn(value(e));
   }
 }
 

@@ -146,7 +146,7 @@ void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
 
 void register_mla_backend(Registry& registry) {
   registry.add({.name = "mla",
-                .description = "absorbed MLA over the paged latent cache: TMA tiles, wgmma, split-KV planned once a batch",
+                .description = "absorbed MLA over the paged latent cache (bf16 or fp8_blocked): TMA tiles, wgmma, split-KV planned once a batch",
                 .device = Device::cuda,
                 .capabilities = mla::capabilities,
                 .why_unavailable = cuda::why_not_hopper,

@@ -20,7 +20,7 @@ std::string why_unsupported(const KvCacheConfig& cache, DType q_dtype) {
   if (!contains(Support::q_dtypes, q_dtype)) {
     return detail::concat("q dtype must be ", list_text(Support::q_dtypes), ", got ", dtype_name(q_dtype));
   }
-  if (!contains(Support::kv_dtypes, cache.dtype) || (cache.dtype == DType::e4m3 && !Support::serves_fp8_blocked)) {
+  if (!contains(Support::kv_dtypes, cache.dtype)) {
     return detail::concat("cache dtype must be ", list_text(Support::kv_dtypes), ", got ", dtype_name(cache.dtype));
   }
   return {};
@@ -35,13 +35,11 @@ Capabilities capabilities() {
   Capabilities c;
   c.device = Device::cuda;
   c.q_dtypes.assign(Support::q_dtypes.begin(), Support::q_dtypes.end());
-  for (DType d : Support::kv_dtypes) {
-    if (d != DType::e4m3 || Support::serves_fp8_blocked) c.kv_dtypes.push_back(d);
-  }
+  c.kv_dtypes.assign(Support::kv_dtypes.begin(), Support::kv_dtypes.end());
   c.mla = true;
   c.mla_dims = {Support::kv_lora_rank};
   c.mla_rope_dims = {Support::rope_dim};
-  c.fp8_blocked_latent = Support::serves_fp8_blocked;
+  c.fp8_blocked_latent = true;
   c.plain_e4m3_latent = false;
   c.page_sizes.assign(Support::page_sizes.begin(), Support::page_sizes.end());
   c.min_page_size = Support::page_sizes.front();

@@ -17,11 +17,9 @@ struct Support {
   static constexpr int kv_lora_rank = 512;
   static constexpr int rope_dim = 64;
   static constexpr std::array<DType, 1> q_dtypes = {DType::bf16};   // q, the new latent and out
-  // The latent cache: bf16, or e4m3 in LatentFormat::fp8_blocked (not with the one k_scale) once
-  // served: the narrow kernels read it, but their GPU check does not pass yet
-  // (docs/benchmarks.md), so capabilities() and every check refuse it until then.
+  // The latent cache: bf16, or e4m3 in LatentFormat::fp8_blocked (read by the narrow kernels; a
+  // plain e4m3 latent with the one k_scale is refused through capabilities().plain_e4m3_latent).
   static constexpr std::array<DType, 2> kv_dtypes = {DType::bf16, DType::e4m3};
-  static constexpr bool serves_fp8_blocked = false;
   // A K tile is 64 tokens, loaded as boxes of min(page_size, 64) slots; a box must start on a
   // 1024-byte boundary of the 128-byte-swizzled tile (8 rows), so pages of 8 slots or more that
   // divide 64 or are multiples of it.

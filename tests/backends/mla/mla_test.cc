@@ -63,9 +63,6 @@ TEST_P(MlaConformance, MatchesReference) {
   const std::string why = Registry::global().get("mla").why_unavailable();
   if (!why.empty()) GTEST_SKIP() << "mla: " << why;
   const harness::CheckCase c = cases()[static_cast<size_t>(GetParam())];
-  if (c.latent_format == LatentFormat::fp8_blocked && !Registry::global().get("mla").capabilities().fp8_blocked_latent) {
-    GTEST_SKIP() << "mla does not serve the fp8_blocked cache yet";
-  }
   const harness::CheckResult r = harness::run_check("mla", c);
   ASSERT_TRUE(r.skipped.empty()) << r.skipped;
   EXPECT_TRUE(r.passed) << harness::describe(c) << ": rel error " << r.rel_err << " > " << r.tolerance << "; "
@@ -93,8 +90,11 @@ TEST(MlaSupport, RefusesPageSizesItsTilesCannotLoad) {
             "MLA qk_rope_head_dim must be one of 64, got 32");
   EXPECT_EQ(why_unsupported(caps, AttentionSpec::dense(8, 8, 128), KvCacheConfig::for_spec(AttentionSpec::dense(8, 8, 128))),
             "runs on cuda, the cache is on cpu");
-  cfg.dtype = DType::e4m3;  // refused until the fp8_blocked kernels pass their GPU check
-  EXPECT_EQ(why_unsupported(caps, spec, cfg), "cache dtype must be one of bf16, got e4m3");
+  cfg.dtype = DType::e4m3;  // with one k_scale: refused; in blocks with their scales: served
+  EXPECT_EQ(why_unsupported(caps, spec, cfg),
+            "an e4m3 latent cache must be LatentFormat::fp8_blocked here (per-block scales), not plain with one k_scale");
+  cfg.latent_format = LatentFormat::fp8_blocked;
+  EXPECT_EQ(why_unsupported(caps, spec, cfg), "");
 }
 
 }  // namespace

@@ -182,7 +182,10 @@ TEST(Fp8BlockedLatent, TheGpuStoreWritesTheHostsBytes) {
   }
   for (int t = 0; t < tokens; ++t) {
     const size_t at = static_cast<size_t>(slots[static_cast<size_t>(t)]) * 656;
-    for (size_t b = 0; b < 656; ++b) ASSERT_EQ(bytes[1][at + b], bytes[0][at + b]) << "token " << t << ", byte " << b;
+    for (size_t b = 0; b < 656; ++b) {
+      ASSERT_EQ(bytes[1][at + b], bytes[0][at + b]) << "token " << t << ", byte " << b << " (device "
+                                                  << int(bytes[1][at + b]) << ", host " << int(bytes[0][at + b]) << ")";
+    }
   }
 }
 
