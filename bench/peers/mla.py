@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Times attnkit's `mla` backend and FlashInfer's MLA wrapper (BatchMLAPagedAttentionWrapper) in
 one run over the same DeepSeek absorbed shapes (576 / 512, bf16 latent cache, page 64), and writes
-a markdown table with the ratios and a JSON of every figure.
+a markdown table with the ratios and a JSON of every figure. The fp8 rows time attnkit's
+fp8_blocked latent cache (656 bytes a token) alone (FlashInfer's MLA wrapper has no such cache);
+their ratio is tokens/s against attnkit's bf16 row of the same batch.
 
     python3 bench/peers/mla.py --tool dist/attnkit --json out/mla.json --markdown out/mla.md
 
@@ -21,6 +23,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 RANK, ROPE, PAGE = 512, 64, 64
+FP8_SLOT_BYTES = RANK + 4 * 4 + ROPE * 2  # e4m3 values, four fp32 block scales, bf16 RoPE
 SM_SCALE = 1.0 / (192 ** 0.5)
 
 # (name, heads, [(prefix, new tokens, count), ...], metric)
@@ -32,7 +35,13 @@ SHAPES = [
     ("decode h128 128x8192", 128, [(8191, 1, 128)], "TFLOP/s"),
     ("verify2 h128 64x8192", 128, [(8190, 2, 64)], "TFLOP/s"),
     ("extend h128 1x4096", 128, [(0, 4096, 1)], "TFLOP/s"),
+    ("decode h16 128x4096 fp8", 16, [(4095, 1, 128)], "TB/s"),
+    ("decode h16 128x8192 fp8", 16, [(8191, 1, 128)], "TB/s"),
 ]
+
+
+def is_fp8(name):
+    return name.endswith(" fp8")
 
 
 def requests_of(groups):
@@ -42,27 +51,30 @@ def requests_of(groups):
     return out
 
 
-def work(heads, groups):
+def work(heads, groups, fp8=False):
     """(bytes, flops) of one call: causal rows see their own position and everything before."""
     nbytes = flops = 0.0
+    slot_bytes = FP8_SLOT_BYTES if fp8 else (RANK + ROPE) * 2
     for prefix, new in requests_of(groups):
         kv = prefix + new
-        nbytes += kv * (RANK + ROPE) * 2 + new * heads * (RANK + ROPE + RANK) * 2
+        nbytes += kv * slot_bytes + new * heads * (RANK + ROPE + RANK) * 2
         visible = sum(prefix + t + 1 for t in range(new))
         flops += heads * visible * 2.0 * (RANK + ROPE + RANK)
     return nbytes, flops
 
 
-def figure(metric, ms, heads, groups):
-    nbytes, flops = work(heads, groups)
+def figure(metric, ms, heads, groups, fp8=False):
+    nbytes, flops = work(heads, groups, fp8)
     return (nbytes if metric == "TB/s" else flops) / (ms * 1e-3) / 1e12
 
 
-def attnkit_ms(tool, heads, groups):
+def attnkit_ms(tool, heads, groups, fp8=False):
     spec = ",".join(f"{p}+{n}x{c}" for p, n, c in groups)
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
         cmd = [tool, "bench", "--backend", "mla", "--preset", "deepseek-v3", "--heads", str(heads), "--requests",
                spec, "--page-size", str(PAGE), "--max-seconds", "10", "--json", tmp.name]
+        if fp8:
+            cmd += ["--kv-dtype", "e4m3", "--latent", "fp8-blocked"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         if proc.returncode != 0:
             raise RuntimeError(f"attnkit bench exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
@@ -117,14 +129,15 @@ def main() -> int:
     for name, heads, groups, metric in SHAPES:
         if args.shapes and name not in args.shapes:
             continue
+        fp8 = is_fp8(name)
         row = {"shape": name, "heads": heads, "requests": groups, "metric": metric}
-        for who, fn in [("attnkit", lambda: attnkit_ms(args.tool, heads, groups)),
-                        ("flashinfer", None if args.no_peer else lambda: flashinfer_ms(heads, groups))]:
+        peer = None if args.no_peer or fp8 else lambda: flashinfer_ms(heads, groups)
+        for who, fn in [("attnkit", lambda: attnkit_ms(args.tool, heads, groups, fp8)), ("flashinfer", peer)]:
             if fn is None:
                 continue
             try:
                 ms = fn()
-                row[who] = {"ms": ms, "value": figure(metric, ms, heads, groups)}
+                row[who] = {"ms": ms, "value": figure(metric, ms, heads, groups, fp8)}
             except Exception as e:  # noqa: BLE001 - reported in the table
                 row[who] = {"error": f"{type(e).__name__}: {e}"}
                 traceback.print_exc()
@@ -133,11 +146,16 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     lines = ["| shape | metric | attnkit `mla` | FlashInfer MLA | ratio |", "|---|---|---|---|---|"]
+    by_name = {r["shape"]: r for r in rows}
     for r in rows:
         a, f = r.get("attnkit", {}), r.get("flashinfer", {})
         av = f"{a['value']:.3f} ({a['ms']:.3f} ms)" if "value" in a else a.get("error", "-")[:80]
         fv = f"{f['value']:.3f} ({f['ms']:.3f} ms)" if "value" in f else f.get("error", "-")[:80]
         ratio = f"{a['value'] / f['value']:.2f}" if "value" in a and "value" in f else "-"
+        bf16 = by_name.get(r["shape"][: -len(" fp8")], {}).get("attnkit", {}) if is_fp8(r["shape"]) else {}
+        if "ms" in a and "ms" in bf16:
+            fv = "(no fp8 cache)"
+            ratio = f"{bf16['ms'] / a['ms']:.2f}x bf16 tokens/s"
         lines.append(f"| {r['shape']} | {r['metric']} | {av} | {fv} | {ratio} |")
     open(args.markdown, "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -19,6 +19,7 @@
 #include "backends/mla/config.h"
 #include "backends/mla/kernels/attend.h"
 #include "backends/mla/kernels/hopper.cuh"
+#include "backends/mla/kernels/row_window.cuh"
 #include "cuda/row_math.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -37,9 +38,6 @@ constexpr int kOffSum = kOffMax + 2 * 2 * kTileRows * 4;     // [2 warpgroups][6
 constexpr int kOffBar = kOffSum + 2 * kTileRows * 4;         // [2 stages][9 column blocks] u64 mbarriers
 constexpr int kSmemBytes = kOffBar + 2 * kColBlocks * 8;
 static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the H100/H200 limit");
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Byte offset of 16-byte chunk `chunk` (8 bf16) of row `row` in a 64-row tile of column blocks.
 __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
@@ -115,17 +113,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
   mma::fence_proxy_async();
   __syncthreads();  // Q has landed, for both warpgroups' wgmma
 
-  // Softmax constants: logits in log2 units.
-  const bool soft_cap = p.logits_soft_cap > 0.0f;
-  const float logit_scale = soft_cap ? p.sm_scale / p.logits_soft_cap : p.sm_scale * ad::kLog2e;
-  const float cap_log2 = p.logits_soft_cap * ad::kLog2e;
-  const float exp_scale = soft_cap ? 1.0f : logit_scale;
-  // Each row's visible range; tiles inside [unmasked_lo, unmasked_hi) for all rows need no mask.
-  const int heads = p.num_qo_heads;
-  const int pos_first = w.prefix + w.t_row0 / heads;
-  const int pos_last = w.prefix + (w.t_row0 + w.rows - 1) / heads;
-  const int unmasked_hi = p.causal ? min(w.kv_hi, pos_first + 1) : w.kv_hi;
-  const int unmasked_lo = p.window_left >= 0 ? max(w.kv_lo, pos_last - p.window_left) : w.kv_lo;
+  const RowWindow win(p, w);
 
   float o[128];
 #pragma unroll
@@ -176,23 +164,20 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
     mma::fence_regs(s);
 
     // Scale, soft-cap, mask: s[nb * 4 + 2h + e] is row row_base + 8h, token n0 + 32 wg + 8 nb + 2 (lane % 4) + e.
-    if (soft_cap) {
+    if (win.soft_cap) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) s[i] = cap_log2 * tanhf(s[i] * logit_scale);
+      for (int i = 0; i < 16; ++i) s[i] = win.cap(s[i]);
     }
-    if (n0 + kTileTokens > unmasked_hi || n0 < unmasked_lo) {
+    if (win.tile_masked(n0)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = min(row_base + 8 * h, w.rows - 1);
-        const int pos = w.prefix + (w.t_row0 + r) / heads;
-        const int hi = p.causal ? min(w.kv_hi, pos + 1) : w.kv_hi;
-        const int lo = p.window_left >= 0 ? max(w.kv_lo, pos - p.window_left) : w.kv_lo;
+        const int2 vis = win.visible(row_base + 8 * h);
 #pragma unroll
         for (int nb = 0; nb < 4; ++nb) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int t = n0 + wg * 32 + nb * 8 + 2 * (lane % 4) + e;
-            if (t < lo || t >= hi) s[nb * 4 + 2 * h + e] = -INFINITY;
+            if (t < vis.x || t >= vis.y) s[nb * 4 + 2 * h + e] = -INFINITY;
           }
         }
       }
@@ -212,15 +197,15 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
     for (int h = 0; h < 2; ++h) {
       const int r = row_base + 8 * h;
       const float mx = fmaxf(s_max_j[r], s_max_j[kTileRows + r]);
-      const float m_new = fmaxf(m[h], mx * exp_scale);
+      const float m_new = fmaxf(m[h], mx * win.exp_scale);
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: P = 0, not NaN
       const float corr = ad::fast_exp2(m[h] - base);
       m[h] = m_new;
       float sum = 0.0f;
 #pragma unroll
       for (int nb = 0; nb < 4; ++nb) {
-        s[nb * 4 + 2 * h] = ad::fast_exp2(fmaf(s[nb * 4 + 2 * h], exp_scale, -base));
-        s[nb * 4 + 2 * h + 1] = ad::fast_exp2(fmaf(s[nb * 4 + 2 * h + 1], exp_scale, -base));
+        s[nb * 4 + 2 * h] = ad::fast_exp2(fmaf(s[nb * 4 + 2 * h], win.exp_scale, -base));
+        s[nb * 4 + 2 * h + 1] = ad::fast_exp2(fmaf(s[nb * 4 + 2 * h + 1], win.exp_scale, -base));
         sum += s[nb * 4 + 2 * h] + s[nb * 4 + 2 * h + 1];
       }
       l[h] = l[h] * corr + sum;
@@ -273,7 +258,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       for (int nb = 0; nb < 32; ++nb)
         *reinterpret_cast<float2*>(g_o + nb * 8) = make_float2(o[nb * 4 + 2 * h] * inv, o[nb * 4 + 2 * h + 1] * inv);
       if (wg == 0 && lane % 4 == 0)
-        p.partial_lse[int64_t{w.partial} * kTileRows + r] = total > 0.0f ? (m[h] + log2f(total)) * ad::kLn2 : -INFINITY;
+        p.partial_lse[int64_t{w.partial} * kTileRows + r] = total > 0.0f ? (m[h] + log2f(total)) * RowWindow::kLn2 : -INFINITY;
     } else {
       __nv_bfloat16* g_o =
           static_cast<__nv_bfloat16*>(p.out) + (int64_t{w.q_row0} + r) * kHeadDimVo + wg * 256 + 2 * (lane % 4);

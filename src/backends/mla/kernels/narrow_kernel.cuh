@@ -8,21 +8,22 @@
 //   stages, each released by the four compute warps (an mbarrier of count 4).
 //   bf16 cache: a stage is the 64 x 576 tile itself, 128-byte swizzled as wgmma reads it.
 //   fp8_blocked cache (kv_cache.h): a stage holds 64 raw 656-byte slots; the compute warps
-//   dequantise it (e4m3 x its block's scale, rounded to bf16; the bf16 RoPE tail copied) into one
-//   bf16 tile, release the stage at once, and run the products on the tile.
+//   dequantise it into one bf16 tile a column block at a time (fp8_tile.cuh), issuing S^T's
+//   k-steps on each block as it is written, so that conversion overlaps the first product; the
+//   stage is released after its last block.
 //   The softmax runs down M (the tile's tokens): a column's maximum is reduced across lanes and
 //   the four warps through shared memory; row sums stay per thread until the epilogue.
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cmath>
 
 #include "backends/mla/config.h"
 #include "backends/mla/kernels/attend.h"
+#include "backends/mla/kernels/fp8_tile.cuh"
 #include "backends/mla/kernels/hopper.cuh"
+#include "backends/mla/kernels/row_window.cuh"
 #include "cuda/row_math.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -36,8 +37,7 @@ constexpr int kKBlockBytes = kTileTokens * 128;        // one column block of a 
 constexpr int kTileBytes = kColBlocks * kKBlockBytes;  // 73728: a bf16 tile
 constexpr int kRawStageBytes = kTileTokens * kFp8SlotBytes;
 constexpr int kOutStride = kHeadDimVo + 4;  // floats a staged output row: padded against bank conflicts
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+static_assert(kKBlockBytes == fp8_tile::kBlockBytes, "the dequantised tile has the bf16 tile's layout");
 
 constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
 
@@ -66,36 +66,6 @@ __device__ __forceinline__ uint32_t swizzled(int block_bytes, int row, int chunk
 }
 
 __device__ __forceinline__ void compute_warps_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
-
-// Two e4m3 (the low byte first) x scale -> two bf16 in one register.
-__device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t bits, float scale) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-
-// The compute warps: raw slots [64][656] -> the bf16 tile, zeros past `valid` tokens.
-__device__ __forceinline__ void dequantise(const unsigned char* raw, unsigned char* tile, int valid, int tid) {
-  constexpr int kChunks = kHeadDimQk / 8;  // 72 of 8 values a token: 64 e4m3, 8 RoPE
-  for (int idx = tid; idx < kTileTokens * kChunks; idx += 128) {
-    const int t = idx / kChunks;
-    const int c = idx % kChunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (t < valid) {
-      const unsigned char* slot = raw + t * kFp8SlotBytes;
-      if (c < kHeadDimVo / 8) {
-        const uint2 e = *reinterpret_cast<const uint2*>(slot + 8 * c);
-        const float scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[c * 8 / kLatentScaleBlock];
-        v = make_uint4(e4m3x2_scaled(e.x, scale), e4m3x2_scaled(e.x >> 16, scale), e4m3x2_scaled(e.y, scale),
-                       e4m3x2_scaled(e.y >> 16, scale));
-      } else {
-        v = reinterpret_cast<const uint4*>(slot + kFp8RopeOffset)[c - kHeadDimVo / 8];
-      }
-    }
-    *reinterpret_cast<uint4*>(tile + swizzled(kKBlockBytes, t, c)) = v;
-  }
-}
 
 // Warp 4: every tile of the item into the ring, stage j % kStages once the compute warps have
 // released it. Boxes past the item's KV end are not loaded; the barrier expects exactly the bytes that are.
@@ -139,6 +109,18 @@ template <int kN>
 __device__ __forceinline__ void wgmma_n_ta(float (&d)[kN / 2], uint64_t a, uint64_t b) {
   if constexpr (kN == 16) hopper::wgmma_m64n16_ss<1>(d, a, b, 1);
   else hopper::wgmma_m64n32_ss<1>(d, a, b, 1);
+}
+
+// S^T's four k-steps over column block cb of the K tile; the first block's overwrites sc.
+template <int kN>
+__device__ __forceinline__ void s_block(float (&sc)[kN / 2], uint32_t s_k, uint32_t s_q, int cb, bool first) {
+  using L = Layout<kN, false>;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t desc_k = cuda::wgmma::make_desc(s_k + cb * kKBlockBytes + kk * 32, 16, 1024);
+    const uint64_t desc_q = cuda::wgmma::make_desc(s_q + cb * L::kQBlockBytes + kk * 32, 16, 1024);
+    wgmma_n<kN>(sc, desc_k, desc_q, !first || kk > 0);
+  }
 }
 
 }  // namespace narrow_detail
@@ -191,15 +173,7 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
   mma::fence_proxy_async();
   nd::compute_warps_sync();
 
-  const bool soft_cap = p.logits_soft_cap > 0.0f;
-  const float logit_scale = soft_cap ? p.sm_scale / p.logits_soft_cap : p.sm_scale * nd::kLog2e;
-  const float cap_log2 = p.logits_soft_cap * nd::kLog2e;
-  const float exp_scale = soft_cap ? 1.0f : logit_scale;
-  const int heads = p.num_qo_heads;
-  const int pos_first = w.prefix + w.t_row0 / heads;
-  const int pos_last = w.prefix + (w.t_row0 + w.rows - 1) / heads;
-  const int unmasked_hi = p.causal ? min(w.kv_hi, pos_first + 1) : w.kv_hi;
-  const int unmasked_lo = p.window_left >= 0 ? max(w.kv_lo, pos_last - p.window_left) : w.kv_lo;
+  const RowWindow win(p, w);
   const uint32_t s_p = s_q + L::kOffP;
 
   float o[8][kRegs];
@@ -219,15 +193,26 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
     const int n0 = w.n0 + j * kTileTokens;
     const int valid = min(kTileTokens, w.kv_hi - n0);
     hopper::mbar_wait(s_full + 8 * s, (j / L::kStages) & 1);
+    float sc[kRegs];
     uint32_t s_k;
     if constexpr (kFp8) {
-      nd::compute_warps_sync();  // every warp's products of tile j - 1 are done: the tile is free
-      nd::dequantise(smem + L::kOffStages + s * L::kStageBytes, smem + L::kOffTile, valid, tid);
-      __syncwarp();
-      if (lane == 0) hopper::mbar_arrive(s_empty + 8 * s);
-      mma::fence_proxy_async();
-      nd::compute_warps_sync();
+      // (Leaving tile j - 1's O^T in flight here, to overlap it with the conversion, makes ptxas
+      // serialise every wgmma of the kernel.)
+      const unsigned char* raw = smem + L::kOffStages + s * L::kStageBytes;
       s_k = s_q + L::kOffTile;
+      nd::compute_warps_sync();  // every warp's products of tile j - 1 are done: the tile is free
+#pragma unroll
+      for (int cb = 0; cb < nd::kColBlocks; ++cb) {
+        fp8_tile::dequantise_block(raw, smem + L::kOffTile, cb, valid, tid);
+        if (cb == nd::kColBlocks - 1) {
+          __syncwarp();
+          if (lane == 0) hopper::mbar_arrive(s_empty + 8 * s);  // the raw stage is read
+        }
+        mma::fence_proxy_async();
+        nd::compute_warps_sync();
+        mma::fence();
+        nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);  // runs while the next block is converted
+      }
     } else {
       s_k = s_q + L::kOffStages + s * L::kStageBytes;
       if (valid < kTileTokens) {  // rows the boxes did not cover, or covered past the KV end: zero
@@ -239,35 +224,24 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
         mma::fence_proxy_async();
         nd::compute_warps_sync();
       }
-    }
-
-    // S^T = K Q^T.
-    float sc[kRegs];
-    mma::fence();
+      mma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDimQk / 16; ++kk) {
-      const uint32_t col = (kk % 4) * 32;
-      const uint64_t desc_k = mma::make_desc(s_k + (kk / 4) * nd::kKBlockBytes + col, 16, 1024);
-      const uint64_t desc_q = mma::make_desc(s_q + (kk / 4) * L::kQBlockBytes + col, 16, 1024);
-      nd::wgmma_n<kN>(sc, desc_k, desc_q, kk > 0);
+      for (int cb = 0; cb < nd::kColBlocks; ++cb) nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
     }
     mma::commit();
     mma::wait_all();
     mma::fence_regs(sc);
 
-    if (soft_cap) {
+    if (win.soft_cap) {
 #pragma unroll
-      for (int i = 0; i < kRegs; ++i) sc[i] = cap_log2 * tanhf(sc[i] * logit_scale);
+      for (int i = 0; i < kRegs; ++i) sc[i] = win.cap(sc[i]);
     }
-    if (n0 + kTileTokens > unmasked_hi || n0 < unmasked_lo) {
+    if (win.tile_masked(n0)) {
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) {
-        const int r = min(8 * (i / 4) + 2 * (lane % 4) + i % 2, w.rows - 1);
-        const int pos = w.prefix + (w.t_row0 + r) / heads;
-        const int hi = p.causal ? min(w.kv_hi, pos + 1) : w.kv_hi;
-        const int lo = p.window_left >= 0 ? max(w.kv_lo, pos - p.window_left) : w.kv_lo;
+        const int2 vis = win.visible(8 * (i / 4) + 2 * (lane % 4) + i % 2);
         const int t = n0 + 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
-        if (t < lo || t >= hi) sc[i] = -INFINITY;
+        if (t < vis.x || t >= vis.y) sc[i] = -INFINITY;
       }
     }
     // Column maxima: the thread's two tokens, the 8 lanes of its column, the four warps.
@@ -286,13 +260,13 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
     for (int c = 0; c < kCols; ++c) {
       const int col = 8 * (c / 2) + 2 * (lane % 4) + c % 2;
       const float mx = fmaxf(fmaxf(s_red[col], s_red[kN + col]), fmaxf(s_red[2 * kN + col], s_red[3 * kN + col]));
-      const float m_new = fmaxf(m[c], mx * exp_scale);
+      const float m_new = fmaxf(m[c], mx * win.exp_scale);
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: P = 0, not NaN
       corr[c] = cuda::fast_exp2(m[c] - base);
       m[c] = m_new;
       const int i0 = 4 * (c / 2) + c % 2;
-      sc[i0] = cuda::fast_exp2(fmaf(sc[i0], exp_scale, -base));
-      sc[i0 + 2] = cuda::fast_exp2(fmaf(sc[i0 + 2], exp_scale, -base));
+      sc[i0] = cuda::fast_exp2(fmaf(sc[i0], win.exp_scale, -base));
+      sc[i0 + 2] = cuda::fast_exp2(fmaf(sc[i0 + 2], win.exp_scale, -base));
       l[c] = l[c] * corr[c] + sc[i0] + sc[i0 + 2];
     }
 #pragma unroll
@@ -310,8 +284,6 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
     nd::compute_warps_sync();
 
     // O^T += V^T P^T: value block mt is the tile's column block mt, read MN-major.
-#pragma unroll
-    for (int mt = 0; mt < 8; ++mt) mma::fence_regs(o[mt]);
     mma::fence();
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) {
@@ -381,7 +353,7 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
       const int col = 8 * (c / 2) + 2 * lane + c % 2;
       if (col < w.rows) {
         p.partial_lse[int64_t{w.partial} * kTileRows + col] =
-            sum[c] > 0.0f ? (m[c] + log2f(sum[c])) * nd::kLn2 : -INFINITY;
+            sum[c] > 0.0f ? (m[c] + log2f(sum[c])) * RowWindow::kLn2 : -INFINITY;
       }
     }
   }
