@@ -75,7 +75,7 @@ void launch(Kernel kernel, std::once_flag& attr_once, int threads, int smem_byte
 template <int kN, bool kFp8>
 void launch_narrow(const AttendParams& p, const LatentMap& map, cudaStream_t stream) {
   static std::once_flag attr_once;
-  launch(narrow_kernel<kN, kFp8>, attr_once, narrow_detail::kThreads, narrow_detail::Layout<kN, kFp8>::kSmemBytes, p, map,
+  launch(narrow_kernel<kN, kFp8>, attr_once, narrow_detail::Layout<kN, kFp8>::kThreads, narrow_detail::Layout<kN, kFp8>::kSmemBytes, p, map,
          stream, "narrow_kernel");
 }
 

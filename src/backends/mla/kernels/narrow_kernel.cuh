@@ -4,13 +4,14 @@
 // O^T += V^T P^T (eight m64nNk16 over the 512 output values, 4 k-steps each). At 16 rows that is a
 // quarter of the 64-row kernel's tensor work (which pads 16 rows to 64), so 16-head decode is
 // limited by the cache read.
-//   Warps 0-3 (one warpgroup) compute; warp 4 loads KV tiles with TMA into a ring of kStages
-//   stages, each released by the four compute warps (an mbarrier of count 4).
-//   bf16 cache: a stage is the 64 x 576 tile itself, 128-byte swizzled as wgmma reads it.
-//   fp8_blocked cache (kv_cache.h): a stage holds 64 raw 656-byte slots; the compute warps
-//   dequantise it into one bf16 tile a column block at a time (fp8_tile.cuh), issuing S^T's
-//   k-steps on each block as it is written, so that conversion overlaps the first product; the
-//   stage is released after its last block.
+//   Warps 0-3 (one warpgroup) compute; the last warp loads KV tiles with TMA into a ring of
+//   kStages stages.
+//   bf16 cache: a stage is the 64 x 576 tile itself, 128-byte swizzled as wgmma reads it, released
+//   by the four compute warps (an mbarrier of count 4).
+//   fp8_blocked cache (kv_cache.h): a stage holds 64 raw 656-byte slots; the compute warps, and
+//   at 16 rows seven more converting warps, dequantise it into one bf16 tile a batch of column
+//   blocks at a time (fp8_tile.cuh); S^T's k-steps on each batch are issued as it is written, so
+//   that conversion overlaps the first product; the stage is released after its last batch.
 //   The softmax runs down M (the tile's tokens): a column's maximum is reduced across lanes and
 //   the four warps through shared memory; row sums stay per thread until the epilogue.
 #pragma once
@@ -31,7 +32,6 @@ namespace attnkit::mla {
 
 namespace narrow_detail {
 
-constexpr int kThreads = 160;                          // warps 0-3 compute, warp 4 loads
 constexpr int kColBlocks = kHeadDimQk / 64;            // 9 blocks of 64 values (128 bytes a row)
 constexpr int kKBlockBytes = kTileTokens * 128;        // one column block of a 64-token tile
 constexpr int kTileBytes = kColBlocks * kKBlockBytes;  // 73728: a bf16 tile
@@ -43,6 +43,15 @@ constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
 
 template <int kN, bool kFp8>
 struct Layout {
+  // Warps 0-3 compute (and convert), then kConvertWarps that only convert, then the TMA warp.
+  // fp8 at 16 rows: seven converting warps beside the compute warpgroup (384 threads leave 168
+  // registers a thread, which the 16-row kernel fits; the 32-row kernel's 249 do not), the tile
+  // in batches of kBatchBlocks column blocks between barriers.
+  static constexpr int kConvertWarps = kFp8 && kN == 16 ? 7 : 0;
+  static constexpr int kBatchBlocks = kConvertWarps > 0 ? 3 : 1;
+  static constexpr int kConverters = 128 + 32 * kConvertWarps;
+  static constexpr int kProducerWarp = 4 + kConvertWarps;
+  static constexpr int kThreads = 32 * (kProducerWarp + 1);
   static constexpr int kStages = kFp8 && kN == 16 ? 3 : 2;
   static constexpr int kQBlockBytes = kN * 128;
   static constexpr int kStageBytes = kFp8 ? kRawStageBytes : kTileBytes;
@@ -66,6 +75,11 @@ __device__ __forceinline__ uint32_t swizzled(int block_bytes, int row, int chunk
 }
 
 __device__ __forceinline__ void compute_warps_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// The compute and converting warps (fp8): a batch of the tile is written, or the tile is free.
+template <int kConverters>
+__device__ __forceinline__ void converters_sync() {
+  asm volatile("bar.sync 2, %0;\n" ::"n"(kConverters) : "memory");
+}
 
 // Warp 4: every tile of the item into the ring, stage j % kStages once the compute warps have
 // released it. Boxes past the item's KV end are not loaded; the barrier expects exactly the bytes that are.
@@ -129,7 +143,7 @@ __device__ __forceinline__ void s_block(float (&sc)[kN / 2], uint32_t s_k, uint3
 // lane / 4 + 8 ((i / 2) % 2), N column (a query row) 8 (i / 4) + 2 (lane % 4) + i % 2. The thread's
 // kN / 4 columns are indexed c = 2 (i / 4) + i % 2.
 template <int kN, bool kFp8>
-__global__ void __launch_bounds__(narrow_detail::kThreads, 1)
+__global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     narrow_kernel(const __grid_constant__ LatentMap map, const AttendParams p) {
   namespace nd = narrow_detail;
   namespace mma = cuda::wgmma;
@@ -149,13 +163,30 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < L::kStages; ++s) {
       hopper::mbar_init(s_full + 8 * s, 1);
-      hopper::mbar_init(s_empty + 8 * s, 4);
+      hopper::mbar_init(s_empty + 8 * s, kFp8 ? 1 : 4);  // fp8: thread 0 once every converter has read it
     }
   }
   __syncthreads();
-  if (warp == 4) {
+  if (warp == L::kProducerWarp) {
     nd::produce<kN, kFp8>(&map, p, w, s_q + L::kOffStages, s_full, s_empty, lane);
     return;
+  }
+  if constexpr (L::kConvertWarps > 0) {
+    if (warp >= 4) {  // a converting warp: its share of every tile's batches, in step with the compute warps
+      for (int j = 0; j < w.num_tiles; ++j) {
+        const int s = j % L::kStages;
+        const int valid = min(kTileTokens, w.kv_hi - (w.n0 + j * kTileTokens));
+        hopper::mbar_wait(s_full + 8 * s, (j / L::kStages) & 1);
+        nd::converters_sync<L::kConverters>();
+        for (int cb0 = 0; cb0 < nd::kColBlocks; cb0 += L::kBatchBlocks) {
+          fp8_tile::dequantise_blocks<L::kConverters, L::kBatchBlocks>(smem + L::kOffStages + s * L::kStageBytes,
+                                                                        smem + L::kOffTile, cb0, valid, tid);
+          mma::fence_proxy_async();
+          nd::converters_sync<L::kConverters>();
+        }
+      }
+      return;
+    }
   }
 
   // Q rows, zero past the item's end.
@@ -200,18 +231,16 @@ __global__ void __launch_bounds__(narrow_detail::kThreads, 1)
       // serialise every wgmma of the kernel.)
       const unsigned char* raw = smem + L::kOffStages + s * L::kStageBytes;
       s_k = s_q + L::kOffTile;
-      nd::compute_warps_sync();  // every warp's products of tile j - 1 are done: the tile is free
+      nd::converters_sync<L::kConverters>();  // every compute warp's products of tile j - 1 are done: the tile is free
 #pragma unroll
-      for (int cb = 0; cb < nd::kColBlocks; ++cb) {
-        fp8_tile::dequantise_block(raw, smem + L::kOffTile, cb, valid, tid);
-        if (cb == nd::kColBlocks - 1) {
-          __syncwarp();
-          if (lane == 0) hopper::mbar_arrive(s_empty + 8 * s);  // the raw stage is read
-        }
+      for (int cb0 = 0; cb0 < nd::kColBlocks; cb0 += L::kBatchBlocks) {
+        fp8_tile::dequantise_blocks<L::kConverters, L::kBatchBlocks>(raw, smem + L::kOffTile, cb0, valid, tid);
         mma::fence_proxy_async();
-        nd::compute_warps_sync();
+        nd::converters_sync<L::kConverters>();
+        if (cb0 + L::kBatchBlocks == nd::kColBlocks && tid == 0) hopper::mbar_arrive(s_empty + 8 * s);  // read
         mma::fence();
-        nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);  // runs while the next block is converted
+#pragma unroll
+        for (int cb = cb0; cb < cb0 + L::kBatchBlocks; ++cb) nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);  // while the next batch converts
       }
     } else {
       s_k = s_q + L::kOffStages + s * L::kStageBytes;
