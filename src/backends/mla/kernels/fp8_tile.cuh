@@ -1,43 +1,73 @@
-// The fp8_blocked latent cache in the narrow kernels: a stage of 64 raw slots (kv_cache.h: 512
-// e4m3 values, 4 fp32 block scales, 64 bf16 RoPE values; kFp8SlotBytes apart) is dequantised by
-// the converting warps into the 128-byte-swizzled bf16 tile wgmma reads, a batch of 64-value column
-// blocks at a time, so that the tensor cores run the products of one batch while the warps convert
-// the next. A value is e4m3 x its block's scale, rounded once to bf16.
+// The fp8_blocked latent cache in the narrow kernels: raw slots (kv_cache.h: 512 e4m3 values,
+// 4 fp32 block scales, 64 bf16 RoPE values; kFp8SlotBytes apart) dequantised into the
+// 128-byte-swizzled bf16 tile wgmma reads. A value is e4m3 x its block's scale, rounded once to
+// bf16; the RoPE values are copied.
+//   The conversion keeps off the SM's conversion unit (16 results a clock), which bounded it:
+// an e4m3 byte becomes an f32 by integer operations (e4m3_bits.h), is multiplied by 2^120 and the
+// scale, and only the final pair is packed to bf16 by the unit.
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
 #include "backends/mla/config.h"
+#include "backends/mla/kernels/e4m3_bits.h"
 
 namespace attnkit::mla::fp8_tile {
 
-constexpr int kBlockBytes = kTileTokens * 128;      // one bf16 column block of the tile
-constexpr int kRopeBlock = kHeadDimVo / 64;         // column block 8: the bf16 RoPE values, copied
+constexpr int kBlockBytes = kTileTokens * 128;  // one bf16 column block of the tile
+constexpr int kRopeBlock = kHeadDimVo / 64;     // column block 8: the bf16 RoPE values, copied
+constexpr int kChunksPerRow = kHeadDimQk / 8;   // 72 chunks of 8 values a token
 static_assert(kLatentScaleBlock % 64 == 0, "a 64-value column block lies within one scale block");
 
-// Two e4m3 (the low byte first) x scale -> two bf16 in one register.
-__device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t bits, float scale) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
-  return *reinterpret_cast<const uint32_t*>(&b);
+// e4m3 byte k of `word` as f32, times 2^-120: the byte moved to the top, the rest zero.
+__device__ __forceinline__ float e4m3_scaled_down(uint32_t word, int k) {
+  return __uint_as_float(e4m3_top_as_f32_bits(__byte_perm(word, 0u, 0x0444u | (static_cast<uint32_t>(k) << 12))));
 }
 
-// Column blocks [cb0, cb0 + kBlocks) of the tile from the raw slots, by kConverters threads
-// (ctid their index): each takes 16-byte chunks ctid + kConverters k, a chunk being 8 values of
-// one token (a warp's chunks lie in one block: kConverters is a multiple of 32 and a block 512
-// chunks); tokens past `valid` are zero.
-template <int kConverters, int kBlocks>
-__device__ __forceinline__ void dequantise_blocks(const unsigned char* raw, unsigned char* tile, int cb0, int valid,
-                                                  int ctid) {
-  constexpr int kChunks = kBlocks * kTileTokens * 8;
-  static_assert(kConverters % 32 == 0, "whole warps convert");
+// Eight e4m3 (the low byte first) x scale -> eight bf16.
+__device__ __forceinline__ uint4 e4m3x8_scaled(uint2 e, float scale) {
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? e.x : e.y;
+    const float lo = e4m3_scaled_down(word, 2 * (i % 2)) * kE4m3Unscale * scale;
+    const float hi = e4m3_scaled_down(word, 2 * (i % 2) + 1) * kE4m3Unscale * scale;
+    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    out[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// Chunk c (8 values) of one raw slot, dequantised (a RoPE chunk copied); zero where !valid.
+__device__ __forceinline__ uint4 chunk_of(const unsigned char* slot, int cb, int c, bool valid) {
+  uint4 v;
+  if (cb == kRopeBlock) {
+    v = reinterpret_cast<const uint4*>(slot + kFp8RopeOffset)[c];
+  } else {
+    const uint2 e = *reinterpret_cast<const uint2*>(slot + cb * 64 + 8 * c);
+    v = e4m3x8_scaled(e, reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock]);
+  }
+  return valid ? v : make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ uint32_t tile_offset(int cb, int row, int c) {
+  return static_cast<uint32_t>(cb * kBlockBytes + row * 128 + ((c ^ (row & 7)) << 4));
+}
+
+// Rows [row0, row0 + kRows) of the bf16 tile from kRows raw slots, column blocks
+// [cb0, cb0 + kBlocks), by kConverters threads (ctid their index): each takes 16-byte chunks
+// ctid + kConverters k, numbered block by block (a warp's 32 chunks lie in one block: kConverters
+// is a multiple of 32, a block's rows kRows x 8 chunks), up to kMaxInFlight converted between
+// stores; rows from `valid` on are zero.
+template <int kConverters, int kRows, int kBlocks, int kMaxInFlight = 4>
+__device__ __forceinline__ void dequantise(const unsigned char* raw, unsigned char* tile, int row0, int cb0, int valid,
+                                           int ctid) {
+  constexpr int kChunks = kBlocks * kRows * 8;
+  static_assert(kConverters % 32 == 0 && (kRows * 8) % 32 == 0, "a warp's chunks lie in one block");
   constexpr int kPerThread = (kChunks + kConverters - 1) / kConverters;
-  constexpr int kInFlight = kPerThread < 4 ? kPerThread : 4;  // conversions between stores
+  constexpr int kInFlight = kPerThread < kMaxInFlight ? kPerThread : kMaxInFlight;
 #pragma unroll
   for (int k0 = 0; k0 < kPerThread; k0 += kInFlight) {
     uint4 v[kInFlight];
@@ -48,20 +78,11 @@ __device__ __forceinline__ void dequantise_blocks(const unsigned char* raw, unsi
       const int q = ctid + kConverters * (k0 + k);
       live[k] = k0 + k < kPerThread && q < kChunks;
       if (!live[k]) continue;
-      const int cb = cb0 + q / (kTileTokens * 8);
-      const int t = (q / 8) % kTileTokens;
+      const int cb = cb0 + q / (kRows * 8);
+      const int t = (q / 8) % kRows;
       const int c = q % 8;
-      const unsigned char* slot = raw + t * kFp8SlotBytes;
-      if (cb == kRopeBlock) {
-        v[k] = reinterpret_cast<const uint4*>(slot + kFp8RopeOffset)[c];
-      } else {
-        const uint2 e = *reinterpret_cast<const uint2*>(slot + cb * 64 + 8 * c);
-        const float scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock];
-        v[k] = make_uint4(e4m3x2_scaled(e.x, scale), e4m3x2_scaled(e.x >> 16, scale), e4m3x2_scaled(e.y, scale),
-                          e4m3x2_scaled(e.y >> 16, scale));
-      }
-      if (t >= valid) v[k] = make_uint4(0, 0, 0, 0);
-      dst[k] = static_cast<uint32_t>(cb * kBlockBytes + t * 128 + ((c ^ (t & 7)) << 4));
+      v[k] = chunk_of(raw + t * kFp8SlotBytes, cb, c, t < valid);
+      dst[k] = tile_offset(cb, row0 + t, c);
     }
 #pragma unroll
     for (int k = 0; k < kInFlight; ++k)

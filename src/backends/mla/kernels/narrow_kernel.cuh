@@ -4,14 +4,9 @@
 // O^T += V^T P^T (eight m64nNk16 over the 512 output values, 4 k-steps each). At 16 rows that is a
 // quarter of the 64-row kernel's tensor work (which pads 16 rows to 64), so 16-head decode is
 // limited by the cache read.
-//   Warps 0-3 (one warpgroup) compute; the last warp loads KV tiles with TMA into a ring of
-//   kStages stages.
-//   bf16 cache: a stage is the 64 x 576 tile itself, 128-byte swizzled as wgmma reads it, released
-//   by the four compute warps (an mbarrier of count 4).
-//   fp8_blocked cache (kv_cache.h): a stage holds 64 raw 656-byte slots; the compute warps, and
-//   at 16 rows seven more converting warps, dequantise it into one bf16 tile a batch of column
-//   blocks at a time (fp8_tile.cuh); S^T's k-steps on each batch are issued as it is written, so
-//   that conversion overlaps the first product; the stage is released after its last batch.
+//   Warps 0-3 (one warpgroup) compute, reading bf16 tiles that the TMA warp (bf16 cache) or
+//   the converting warps (fp8_blocked cache, fp8_tile.cuh) fill: the variants and their
+//   shared-memory layouts are narrow_layout.cuh.
 //   The softmax runs down M (the tile's tokens): a column's maximum is reduced across lanes and
 //   the four warps through shared memory; row sums stay per thread until the epilogue.
 #pragma once
@@ -24,120 +19,13 @@
 #include "backends/mla/kernels/attend.h"
 #include "backends/mla/kernels/fp8_tile.cuh"
 #include "backends/mla/kernels/hopper.cuh"
+#include "backends/mla/kernels/narrow_layout.cuh"
 #include "backends/mla/kernels/row_window.cuh"
 #include "cuda/row_math.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace attnkit::mla {
 
-namespace narrow_detail {
-
-constexpr int kColBlocks = kHeadDimQk / 64;            // 9 blocks of 64 values (128 bytes a row)
-constexpr int kKBlockBytes = kTileTokens * 128;        // one column block of a 64-token tile
-constexpr int kTileBytes = kColBlocks * kKBlockBytes;  // 73728: a bf16 tile
-constexpr int kRawStageBytes = kTileTokens * kFp8SlotBytes;
-constexpr int kOutStride = kHeadDimVo + 4;  // floats a staged output row: padded against bank conflicts
-static_assert(kKBlockBytes == fp8_tile::kBlockBytes, "the dequantised tile has the bf16 tile's layout");
-
-constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
-
-template <int kN, bool kFp8>
-struct Layout {
-  // Warps 0-3 compute (and convert), then kConvertWarps that only convert, then the TMA warp.
-  // fp8 at 16 rows: seven converting warps beside the compute warpgroup (384 threads leave 168
-  // registers a thread, which the 16-row kernel fits; the 32-row kernel's 249 do not), the tile
-  // in batches of kBatchBlocks column blocks between barriers.
-  static constexpr int kConvertWarps = kFp8 && kN == 16 ? 7 : 0;
-  static constexpr int kBatchBlocks = kConvertWarps > 0 ? 3 : 1;
-  static constexpr int kConverters = 128 + 32 * kConvertWarps;
-  static constexpr int kProducerWarp = 4 + kConvertWarps;
-  static constexpr int kThreads = 32 * (kProducerWarp + 1);
-  static constexpr int kStages = kFp8 && kN == 16 ? 3 : 2;
-  static constexpr int kQBlockBytes = kN * 128;
-  static constexpr int kStageBytes = kFp8 ? kRawStageBytes : kTileBytes;
-  static constexpr int kOffStages = align_1k(kColBlocks * kQBlockBytes);  // Q first
-  static constexpr int kOffTile = align_1k(kOffStages + kStages * kStageBytes);  // fp8: the dequantised tile
-  static constexpr int kOffP = kOffTile + (kFp8 ? kTileBytes : 0);              // P^T: kN rows x 64 tokens
-  static constexpr int kOffRed = kOffP + kN * 128;                              // [4 warps][kN] f32
-  static constexpr int kOffBar = kOffRed + 4 * kN * 4;                          // full[kStages], empty[kStages]
-  static constexpr int kSmemBytes = kOffBar + 2 * kStages * 8;
-  // The epilogue stages O [kN][kOutStride] f32 where the last tile was (every load has landed).
-  static constexpr int kOffOut = kFp8 ? kOffTile : kOffStages;
-  static_assert(kN * kOutStride * 4 <= kTileBytes, "the staged output must fit in a tile");
-  static_assert(kRawStageBytes % 1024 == 0 && kOffP % 1024 == 0, "stages and P must start on 1024 bytes");
-  static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the H100/H200 limit");
-};
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in 128-byte-swizzled column blocks of
-// `block_bytes` (the rows of one 64-value column block, 8-row groups 1024 bytes apart).
-__device__ __forceinline__ uint32_t swizzled(int block_bytes, int row, int chunk) {
-  return static_cast<uint32_t>((chunk >> 3) * block_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-__device__ __forceinline__ void compute_warps_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
-// The compute and converting warps (fp8): a batch of the tile is written, or the tile is free.
-template <int kConverters>
-__device__ __forceinline__ void converters_sync() {
-  asm volatile("bar.sync 2, %0;\n" ::"n"(kConverters) : "memory");
-}
-
-// Warp 4: every tile of the item into the ring, stage j % kStages once the compute warps have
-// released it. Boxes past the item's KV end are not loaded; the barrier expects exactly the bytes that are.
-template <int kN, bool kFp8>
-__device__ __forceinline__ void produce(const void* map, const AttendParams& p, const WorkItem& w, uint32_t s_stages,
-                                        uint32_t s_full, uint32_t s_empty, int lane) {
-  using L = Layout<kN, kFp8>;
-  const int box_rows = min(p.page_size, kTileTokens);
-  const int32_t* pages = p.page_indices + w.page_begin;
-  constexpr int kBoxesPerRows = kFp8 ? 1 : kColBlocks;
-  constexpr int kBytesPerRow = kFp8 ? kFp8SlotBytes : kColBlocks * 128;
-  for (int j = 0; j < w.num_tiles; ++j) {
-    const int s = j % L::kStages;
-    if (j >= L::kStages) hopper::mbar_wait(s_empty + 8 * s, ((j / L::kStages) - 1) & 1);
-    const int n0 = w.n0 + j * kTileTokens;
-    const int boxes = min(kTileTokens / box_rows, (w.kv_hi - n0 + box_rows - 1) / box_rows);
-    const uint32_t stage = s_stages + s * L::kStageBytes;
-    const uint32_t full = s_full + 8 * s;
-    if (lane == 0) hopper::mbar_expect_tx(full, static_cast<uint32_t>(boxes * box_rows * kBytesPerRow));
-    __syncwarp();
-    for (int idx = lane; idx < boxes * kBoxesPerRows; idx += 32) {
-      const int b = idx % boxes;
-      const int cb = idx / boxes;
-      const int pos = n0 + b * box_rows;
-      const int slot = pages[pos / p.page_size] * p.page_size + pos % p.page_size;
-      if constexpr (kFp8) {
-        hopper::load_2d(stage + b * box_rows * kFp8SlotBytes, map, 0, slot, full);
-      } else {
-        hopper::load_2d(stage + cb * kKBlockBytes + b * box_rows * 128, map, cb * 64, slot, full);
-      }
-    }
-  }
-}
-
-template <int kN>
-__device__ __forceinline__ void wgmma_n(float (&d)[kN / 2], uint64_t a, uint64_t b, int scale_d) {
-  if constexpr (kN == 16) hopper::wgmma_m64n16_ss<0>(d, a, b, scale_d);
-  else hopper::wgmma_m64n32_ss<0>(d, a, b, scale_d);
-}
-template <int kN>
-__device__ __forceinline__ void wgmma_n_ta(float (&d)[kN / 2], uint64_t a, uint64_t b) {
-  if constexpr (kN == 16) hopper::wgmma_m64n16_ss<1>(d, a, b, 1);
-  else hopper::wgmma_m64n32_ss<1>(d, a, b, 1);
-}
-
-// S^T's four k-steps over column block cb of the K tile; the first block's overwrites sc.
-template <int kN>
-__device__ __forceinline__ void s_block(float (&sc)[kN / 2], uint32_t s_k, uint32_t s_q, int cb, bool first) {
-  using L = Layout<kN, false>;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t desc_k = cuda::wgmma::make_desc(s_k + cb * kKBlockBytes + kk * 32, 16, 1024);
-    const uint64_t desc_q = cuda::wgmma::make_desc(s_q + cb * L::kQBlockBytes + kk * 32, 16, 1024);
-    wgmma_n<kN>(sc, desc_k, desc_q, !first || kk > 0);
-  }
-}
-
-}  // namespace narrow_detail
 
 // Accumulator register i of a thread (warp w, lane): M row (a token, or an output value) 16 w +
 // lane / 4 + 8 ((i / 2) % 2), N column (a query row) 8 (i / 4) + 2 (lane % 4) + i % 2. The thread's
@@ -157,32 +45,47 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
   const int warp = tid / 32;
   const int lane = tid % 32;
   const uint32_t s_q = hopper::smem_addr(smem);
-  const uint32_t s_full = s_q + L::kOffBar;
-  const uint32_t s_empty = s_full + 8 * L::kStages;
+  const nd::Barriers<kN, kFp8> bar{s_q + L::kOffBar};
   float* s_red = reinterpret_cast<float*>(smem + L::kOffRed);
   if (tid == 0) {
-    for (int s = 0; s < L::kStages; ++s) {
-      hopper::mbar_init(s_full + 8 * s, 1);
-      hopper::mbar_init(s_empty + 8 * s, kFp8 ? 1 : 4);  // fp8: thread 0 once every converter has read it
+    for (int t = 0; t < L::kTiles; ++t) {
+      hopper::mbar_init(bar.tile_full(t), L::kSplitConvert ? L::kConvertWarps : 1);  // converters, or the TMA
+      hopper::mbar_init(bar.tile_empty(t), 4);                                       // the compute warps
+    }
+    for (int r = 0; r < L::kRawStages; ++r) {
+      hopper::mbar_init(bar.raw_full(r), 1);
+      hopper::mbar_init(bar.raw_empty(r), L::kSplitConvert ? L::kConvertWarps : 1);  // inline: thread 0
     }
   }
   __syncthreads();
   if (warp == L::kProducerWarp) {
-    nd::produce<kN, kFp8>(&map, p, w, s_q + L::kOffStages, s_full, s_empty, lane);
+    if constexpr (kFp8) {
+      nd::produce<L::kRawStages, L::kRawTokens, true>(&map, p, w, s_q + L::kOffRaw, L::kRawBytes, bar.raw_full(0),
+                                                      bar.raw_empty(0), lane);
+    } else {
+      nd::produce<L::kTiles, kTileTokens, false>(&map, p, w, s_q + L::kOffTiles, nd::kTileBytes, bar.tile_full(0),
+                                                 bar.tile_empty(0), lane);
+    }
     return;
   }
-  if constexpr (L::kConvertWarps > 0) {
-    if (warp >= 4) {  // a converting warp: its share of every tile's batches, in step with the compute warps
-      for (int j = 0; j < w.num_tiles; ++j) {
-        const int s = j % L::kStages;
-        const int valid = min(kTileTokens, w.kv_hi - (w.n0 + j * kTileTokens));
-        hopper::mbar_wait(s_full + 8 * s, (j / L::kStages) & 1);
-        nd::converters_sync<L::kConverters>();
-        for (int cb0 = 0; cb0 < nd::kColBlocks; cb0 += L::kBatchBlocks) {
-          fp8_tile::dequantise_blocks<L::kConverters, L::kBatchBlocks>(smem + L::kOffStages + s * L::kStageBytes,
-                                                                        smem + L::kOffTile, cb0, valid, tid);
-          mma::fence_proxy_async();
-          nd::converters_sync<L::kConverters>();
+  if constexpr (L::kSplitConvert) {
+    if (warp >= 4) {  // a converting warp: raw half tile h into half h % 2 of bf16 tile h / 2
+      constexpr int kHalves = kTileTokens / L::kRawTokens;
+      for (int h = 0; h < w.num_tiles * kHalves; ++h) {
+        const int j = h / kHalves;
+        const int r = h % L::kRawStages;
+        const int t = j % L::kTiles;
+        const int row0 = (h % kHalves) * L::kRawTokens;
+        if (row0 == 0 && j >= L::kTiles) hopper::mbar_wait(bar.tile_empty(t), ((j / L::kTiles) - 1) & 1);
+        hopper::mbar_wait(bar.raw_full(r), (h / L::kRawStages) & 1);
+        fp8_tile::dequantise<32 * L::kConvertWarps, L::kRawTokens, nd::kColBlocks>(
+            smem + L::kOffRaw + r * L::kRawBytes, smem + L::kOffTiles + t * nd::kTileBytes, row0, 0,
+            w.kv_hi - (w.n0 + j * kTileTokens + row0), tid - 128);
+        mma::fence_proxy_async();  // the tile's rows, for wgmma
+        __syncwarp();
+        if (lane == 0) {
+          hopper::mbar_arrive(bar.raw_empty(r));
+          if (row0 + L::kRawTokens == kTileTokens) hopper::mbar_arrive(bar.tile_full(t));
         }
       }
       return;
@@ -220,42 +123,43 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
   }
 
   for (int j = 0; j < w.num_tiles; ++j) {
-    const int s = j % L::kStages;
     const int n0 = w.n0 + j * kTileTokens;
     const int valid = min(kTileTokens, w.kv_hi - n0);
-    hopper::mbar_wait(s_full + 8 * s, (j / L::kStages) & 1);
+    const int t = j % L::kTiles;
+    const uint32_t s_k = s_q + L::kOffTiles + t * nd::kTileBytes;
     float sc[kRegs];
-    uint32_t s_k;
-    if constexpr (kFp8) {
-      // (Leaving tile j - 1's O^T in flight here, to overlap it with the conversion, makes ptxas
-      // serialise every wgmma of the kernel.)
-      const unsigned char* raw = smem + L::kOffStages + s * L::kStageBytes;
-      s_k = s_q + L::kOffTile;
-      nd::converters_sync<L::kConverters>();  // every compute warp's products of tile j - 1 are done: the tile is free
+    if constexpr (L::kInlineConvert) {
+      // Raw tile j into the one bf16 tile, a column block at a time, S^T's k-steps on each block
+      // issued as it is written (they run while the next converts). (Leaving tile j - 1's O^T in
+      // flight here, to overlap it too, makes ptxas serialise every wgmma of the kernel.)
+      const int r = j % L::kRawStages;
+      hopper::mbar_wait(bar.raw_full(r), (j / L::kRawStages) & 1);
+      nd::compute_warps_sync();  // every warp's products of tile j - 1 are done: the tile is free
 #pragma unroll
-      for (int cb0 = 0; cb0 < nd::kColBlocks; cb0 += L::kBatchBlocks) {
-        fp8_tile::dequantise_blocks<L::kConverters, L::kBatchBlocks>(raw, smem + L::kOffTile, cb0, valid, tid);
+      for (int cb = 0; cb < nd::kColBlocks; ++cb) {
+        fp8_tile::dequantise<128, kTileTokens, 1, 1>(smem + L::kOffRaw + r * L::kRawBytes, smem + L::kOffTiles, 0, cb,
+                                                     valid, tid);  // one in flight: the 32-row kernel has no registers for more
         mma::fence_proxy_async();
-        nd::converters_sync<L::kConverters>();
-        if (cb0 + L::kBatchBlocks == nd::kColBlocks && tid == 0) hopper::mbar_arrive(s_empty + 8 * s);  // read
+        nd::compute_warps_sync();
+        if (cb == nd::kColBlocks - 1 && tid == 0) hopper::mbar_arrive(bar.raw_empty(r));  // read
         mma::fence();
-#pragma unroll
-        for (int cb = cb0; cb < cb0 + L::kBatchBlocks; ++cb) nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);  // while the next batch converts
+        nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
       }
     } else {
-      s_k = s_q + L::kOffStages + s * L::kStageBytes;
-      if (valid < kTileTokens) {  // rows the boxes did not cover, or covered past the KV end: zero
-        unsigned char* stage = smem + L::kOffStages + s * L::kStageBytes;
+      hopper::mbar_wait(bar.tile_full(t), (j / L::kTiles) & 1);
+      if (!kFp8 && valid < kTileTokens) {  // rows the boxes did not cover, or covered past the KV end: zero
         for (int idx = tid; idx < (kTileTokens - valid) * kQChunks; idx += 128) {
-          const int r = valid + idx / kQChunks;
-          *reinterpret_cast<uint4*>(stage + nd::swizzled(nd::kKBlockBytes, r, idx % kQChunks)) = make_uint4(0, 0, 0, 0);
+          const int row = valid + idx / kQChunks;
+          *reinterpret_cast<uint4*>(smem + L::kOffTiles + t * nd::kTileBytes +
+                                    nd::swizzled(nd::kKBlockBytes, row, idx % kQChunks)) = make_uint4(0, 0, 0, 0);
         }
         mma::fence_proxy_async();
         nd::compute_warps_sync();
       }
       mma::fence();
 #pragma unroll
-      for (int cb = 0; cb < nd::kColBlocks; ++cb) nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
+      for (int cb = 0; cb < nd::kColBlocks; ++cb)
+        nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
     }
     mma::commit();
     mma::wait_all();
@@ -327,9 +231,9 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     mma::wait_all();
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) mma::fence_regs(o[mt]);
-    if constexpr (!kFp8) {
+    if constexpr (!L::kInlineConvert) {
       __syncwarp();
-      if (lane == 0) hopper::mbar_arrive(s_empty + 8 * s);
+      if (lane == 0) hopper::mbar_arrive(bar.tile_empty(t));
     }
   }
 

@@ -1,0 +1,130 @@
+// The `mla` narrow kernels' parts (narrow_kernel.cuh): the shared-memory layout and warp roles of
+// each variant, the TMA producer, and the wgmma steps.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/mla/config.h"
+#include "backends/mla/kernels/attend.h"
+#include "backends/mla/kernels/hopper.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace attnkit::mla::narrow_detail {
+
+constexpr int kColBlocks = kHeadDimQk / 64;            // 9 blocks of 64 values (128 bytes a row)
+constexpr int kKBlockBytes = kTileTokens * 128;        // one column block of a 64-token tile
+constexpr int kTileBytes = kColBlocks * kKBlockBytes;  // 73728: a bf16 tile
+constexpr int kOutStride = kHeadDimVo + 4;  // floats a staged output row: padded against bank conflicts
+
+constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
+
+// Who fills the bf16 tiles the compute warpgroup (warps 0-3) reads, per variant:
+//   bf16 cache: the TMA warp, into a ring of kTiles tiles;
+//   fp8 at 16 rows (kSplitConvert): the TMA warp brings raw half tiles (32 slots) into a ring of
+//     kRawStages, and kConvertWarps more warps dequantise them into the ring of kTiles bf16
+//     tiles, so that conversion overlaps the products (384 threads leave 168 registers a
+//     thread, which the 16-row kernel fits);
+//   fp8 at 32 rows: the TMA warp brings raw tiles into kRawStages; the compute warps convert
+//     each into the one bf16 tile between the products (the kernel's 255 registers leave no
+//     room for more warps).
+template <int kN, bool kFp8>
+struct Layout {
+  static constexpr bool kSplitConvert = kFp8 && kN == 16;
+  static constexpr bool kInlineConvert = kFp8 && !kSplitConvert;
+  static constexpr int kConvertWarps = kSplitConvert ? 7 : 0;
+  static constexpr int kProducerWarp = 4 + kConvertWarps;
+  static constexpr int kThreads = 32 * (kProducerWarp + 1);
+  static constexpr int kTiles = kInlineConvert ? 1 : 2;
+  static constexpr int kRawTokens = kSplitConvert ? kFp8BoxSlots : kTileTokens;  // slots a raw stage
+  static constexpr int kRawStages = kSplitConvert ? 3 : (kInlineConvert ? 2 : 0);
+  static constexpr int kRawBytes = kRawTokens * kFp8SlotBytes;
+  static constexpr int kQBlockBytes = kN * 128;
+  static constexpr int kOffRaw = align_1k(kColBlocks * kQBlockBytes);        // Q first
+  static constexpr int kOffTiles = align_1k(kOffRaw + kRawStages * kRawBytes);
+  static constexpr int kOffP = kOffTiles + kTiles * kTileBytes;              // P^T: kN rows x 64 tokens
+  static constexpr int kOffRed = kOffP + kN * 128;                           // [4 warps][kN] f32
+  // mbarriers: tile full [kTiles], tile empty [kTiles], raw full [kRawStages], raw empty [kRawStages].
+  static constexpr int kOffBar = kOffRed + 4 * kN * 4;
+  static constexpr int kSmemBytes = kOffBar + 2 * (kTiles + kRawStages) * 8;
+  static constexpr int kOffOut = kOffTiles;  // the epilogue stages O [kN][kOutStride] f32 in the first tile
+  static_assert(kN * kOutStride * 4 <= kTileBytes, "the staged output must fit in a tile");
+  static_assert(kOffP % 1024 == 0, "tiles and P must start on 1024 bytes");
+  static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the H100/H200 limit");
+};
+
+template <int kN, bool kFp8>
+struct Barriers {
+  using L = Layout<kN, kFp8>;
+  uint32_t base;
+  __device__ uint32_t tile_full(int t) const { return base + 8 * t; }
+  __device__ uint32_t tile_empty(int t) const { return base + 8 * (L::kTiles + t); }
+  __device__ uint32_t raw_full(int r) const { return base + 8 * (2 * L::kTiles + r); }
+  __device__ uint32_t raw_empty(int r) const { return base + 8 * (2 * L::kTiles + L::kRawStages + r); }
+};
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in 128-byte-swizzled column blocks of
+// `block_bytes` (the rows of one 64-value column block, 8-row groups 1024 bytes apart).
+__device__ __forceinline__ uint32_t swizzled(int block_bytes, int row, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * block_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ void compute_warps_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+
+// The TMA warp: the item's KV in pieces of kPieceTokens slots, piece i into stage i % kStages
+// once its consumers have released it (`empty`). Bf16: 64 x 576 tiles, 128-byte swizzled; fp8:
+// raw 656-byte slots. Boxes past the item's KV end are not loaded; the barrier expects exactly
+// the bytes that are (none for a piece wholly past it).
+template <int kStages, int kPieceTokens, bool kFp8>
+__device__ __forceinline__ void produce(const void* map, const AttendParams& p, const WorkItem& w, uint32_t s_stages,
+                                        int stage_bytes, uint32_t full0, uint32_t empty0, int lane) {
+  const int box_rows = min(p.page_size, kFp8 ? kFp8BoxSlots : kTileTokens);
+  const int32_t* pages = p.page_indices + w.page_begin;
+  constexpr int kBoxesPerRows = kFp8 ? 1 : kColBlocks;
+  constexpr int kBytesPerRow = kFp8 ? kFp8SlotBytes : kColBlocks * 128;
+  const int pieces = w.num_tiles * (kTileTokens / kPieceTokens);
+  for (int i = 0; i < pieces; ++i) {
+    const int s = i % kStages;
+    if (i >= kStages) hopper::mbar_wait(empty0 + 8 * s, ((i / kStages) - 1) & 1);
+    const int n0 = w.n0 + i * kPieceTokens;
+    const int boxes = max(0, min(kPieceTokens / box_rows, (w.kv_hi - n0 + box_rows - 1) / box_rows));
+    const uint32_t stage = s_stages + s * stage_bytes;
+    const uint32_t full = full0 + 8 * s;
+    if (lane == 0) hopper::mbar_expect_tx(full, static_cast<uint32_t>(boxes * box_rows * kBytesPerRow));
+    __syncwarp();
+    for (int idx = lane; idx < boxes * kBoxesPerRows; idx += 32) {
+      const int b = idx % boxes;
+      const int cb = idx / boxes;
+      const int pos = n0 + b * box_rows;
+      const int slot = pages[pos / p.page_size] * p.page_size + pos % p.page_size;
+      if constexpr (kFp8) {
+        hopper::load_2d(stage + b * box_rows * kFp8SlotBytes, map, 0, slot, full);
+      } else {
+        hopper::load_2d(stage + cb * kKBlockBytes + b * box_rows * 128, map, cb * 64, slot, full);
+      }
+    }
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void wgmma_n(float (&d)[kN / 2], uint64_t a, uint64_t b, int scale_d) {
+  if constexpr (kN == 16) hopper::wgmma_m64n16_ss<0>(d, a, b, scale_d);
+  else hopper::wgmma_m64n32_ss<0>(d, a, b, scale_d);
+}
+template <int kN>
+__device__ __forceinline__ void wgmma_n_ta(float (&d)[kN / 2], uint64_t a, uint64_t b) {
+  if constexpr (kN == 16) hopper::wgmma_m64n16_ss<1>(d, a, b, 1);
+  else hopper::wgmma_m64n32_ss<1>(d, a, b, 1);
+}
+
+// S^T's four k-steps over column block cb of the K tile; the first block's overwrites sc.
+template <int kN>
+__device__ __forceinline__ void s_block(float (&sc)[kN / 2], uint32_t s_k, uint32_t s_q, int cb, bool first) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t desc_k = cuda::wgmma::make_desc(s_k + cb * kKBlockBytes + kk * 32, 16, 1024);
+    const uint64_t desc_q = cuda::wgmma::make_desc(s_q + cb * kN * 128 + kk * 32, 16, 1024);
+    wgmma_n<kN>(sc, desc_k, desc_q, !first || kk > 0);
+  }
+}
+
+}  // namespace attnkit::mla::narrow_detail
