@@ -63,6 +63,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   KvCacheConfig cfg = KvCacheConfig::for_spec(spec0, model.num_layers());
   cfg.page_size = o.page_size;
   cfg.dtype = o.kv_dtype;
+  cfg.latent_format = o.latent_format;
   if (!hybrid && o.backend == "auto") {
     cfg.device = cuda_available() ? Device::cuda : Device::cpu;
     names[0] = select_backend(spec0, cfg).backend;

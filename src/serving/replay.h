@@ -24,6 +24,7 @@ struct ReplayOptions {
   int page_size = 16;
   DType dtype = DType::bf16;      // q, k, v, out
   DType kv_dtype = DType::bf16;   // the cache
+  LatentFormat latent_format = LatentFormat::plain;  // MLA: an e4m3 cache's layout
   int64_t kv_pages = 0;           // 0: kv_memory_bytes / bytes of one page over all layers
   double kv_memory_bytes = 0.0;   // 0: 24 GiB on a GPU, 1 GiB on the CPU
   SchedulerConfig scheduler;

@@ -31,7 +31,7 @@ struct Options {
   int page_size = 16;
   std::string dtype = "bf16";
   std::string kv_dtype;   // empty: same as dtype
-  std::string latent = "plain";
+  LatentFormat latent = LatentFormat::plain;
   int warmup = 3;
   int repeats = 20;
   double max_seconds = 20.0;
@@ -110,9 +110,7 @@ std::function<int()> add_bench(CLI::App& app) {
   cmd->add_flag("--non-causal", o->non_causal, "Every query sees the whole history and all new tokens");
   cmd->add_option("--page-size", o->page_size, "KV page size")->check(whole_number(1, 256));
   cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  cmd->add_option("--latent", o->latent,
-                  "MLA latent layout: plain, or fp8-blocked (with --kv-dtype e4m3: e4m3 in blocks of 128 with their scales, RoPE bf16)")
-      ->check(CLI::IsMember({"plain", "fp8-blocked"}));
+  add_latent_option(*cmd, &o->latent);
   cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
   cmd->add_option("--warmup", o->warmup, "Untimed calls first")->check(whole_number(0, 1000));
@@ -149,8 +147,8 @@ std::function<int()> add_bench(CLI::App& app) {
       w.label += " full";
     }
     if (!o->kv_dtype.empty()) w.kv_dtype = parse_dtype(o->kv_dtype);
-    if (o->latent == "fp8-blocked") {
-      w.latent_format = LatentFormat::fp8_blocked;
+    w.latent_format = o->latent;
+    if (o->latent == LatentFormat::fp8_blocked) {
       w.label += " fp8-blocked";
     }
     w.label = model.name + " " + w.label;

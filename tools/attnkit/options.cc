@@ -99,6 +99,16 @@ void add_threads_option(CLI::App& cmd) {
       ->check(whole_number(1, 1024));
 }
 
+void add_latent_option(CLI::App& cmd, LatentFormat* format) {
+  cmd.add_option_function<std::string>(
+         "--latent",
+         [format](const std::string& v) { *format = v == "fp8-blocked" ? LatentFormat::fp8_blocked : LatentFormat::plain; },
+         "MLA latent layout: plain, or fp8-blocked (with --kv-dtype e4m3: e4m3 in blocks of 128 with their scales, RoPE "
+         "bf16)")
+      ->check(CLI::IsMember({"plain", "fp8-blocked"}))
+      ->default_str("plain");
+}
+
 void add_model_options(CLI::App& cmd, ModelEdits* edits) {
   cmd.add_option("--heads", edits->heads, "Query heads of every layer (default: the preset's)")->check(whole_number(1, 1024));
   cmd.add_option("--head-dim", edits->head_dim,

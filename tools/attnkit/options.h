@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "attnkit/kv_cache.h"
 #include "attnkit/spec.h"
 
 namespace attnkit::tool {
@@ -26,6 +27,8 @@ CLI::Validator unsigned_integer();
 
 // Adds --threads to a subcommand: the size of the cpu backend's thread pool, set before the work runs.
 void add_threads_option(CLI::App& cmd);
+// --latent plain|fp8-blocked: an MLA cache's layout, into *format.
+void add_latent_option(CLI::App& cmd, LatentFormat* format);
 // --cpu-target NAME: the `cpu` kernels' SIMD target (attnkit/cpu_target.h), set as it is parsed.
 void add_cpu_target_option(CLI::App& cmd);
 

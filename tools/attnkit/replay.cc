@@ -34,6 +34,7 @@ struct Options {
   int page_size = 16;
   std::string dtype = "bf16";
   std::string kv_dtype;
+  LatentFormat latent = LatentFormat::plain;
   double kv_memory_gib = 0.0;
   int64_t kv_pages = 0;
   int max_batch = 256;
@@ -164,6 +165,7 @@ std::function<int()> add_replay(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "q/k/v/out dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "cache dtype (default: --dtype)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
+  add_latent_option(*cmd, &o->latent);
   CLI::Option* kv_memory =
       cmd->add_option("--kv-memory", o->kv_memory_gib, "KV cache size in GiB (default: 24 on a GPU, 1 on the CPU)")
       ->check(positive_number())
@@ -223,6 +225,7 @@ std::function<int()> add_replay(CLI::App& app) {
     ropt.page_size = o->page_size;
     ropt.dtype = parse_dtype(o->dtype, "--dtype");
     ropt.kv_dtype = o->kv_dtype.empty() ? ropt.dtype : parse_dtype(o->kv_dtype, "--kv-dtype");
+    ropt.latent_format = o->latent;
     ropt.kv_memory_bytes = o->kv_memory_gib * double(1ull << 30);
     ropt.kv_pages = o->kv_pages;
     ropt.scheduler.max_batch_size = o->max_batch;

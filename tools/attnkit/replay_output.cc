@@ -82,6 +82,7 @@ nlohmann::json results_json(const serving::Trace& trace, const std::string& pres
                     {"page_size", o.page_size},
                     {"dtype", dtype_name(o.dtype)},
                     {"kv_dtype", dtype_name(o.kv_dtype)},
+                    {"latent", o.latent_format == LatentFormat::fp8_blocked ? "fp8-blocked" : "plain"},
                     {"max_batch", o.scheduler.max_batch_size},
                     {"token_budget", o.scheduler.token_budget},
                     {"speed", speed},
