@@ -19,9 +19,8 @@ namespace attnkit::mla {
 
 // The latent pool of one layer as a 2-D tensor: bf16 [num_slots, 576], read in
 // 64 x min(page_size, 64) boxes with 128-byte swizzle; fp8_blocked [num_slots, 656 bytes], read
-// in boxes of min(page_size, kFp8BoxSlots) whole slots, unswizzled.
+// in boxes of min(page_size, 64) whole slots, unswizzled.
 using LatentMap = cuda::TensorMap;
-inline constexpr int kFp8BoxSlots = 32;
 LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size, bool fp8_latent);
 
 struct AttendParams : LayerParams {

@@ -2,17 +2,17 @@
 // 4 fp32 block scales, 64 bf16 RoPE values; kFp8SlotBytes apart) dequantised into the
 // 128-byte-swizzled bf16 tile wgmma reads. A value is e4m3 x its block's scale, rounded once to
 // bf16; the RoPE values are copied.
-//   The conversion keeps off the SM's conversion unit (16 results a clock), which bounded it:
-// an e4m3 byte becomes an f32 by integer operations (e4m3_bits.h), is multiplied by 2^120 and the
-// scale, and only the final pair is packed to bf16 by the unit.
+//   The SM's conversion unit bounds it (three conversions a pair of values: e4m3 -> f16,
+// f16 -> f32, the f32 pair -> bf16), whichever warps convert.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
 #include "backends/mla/config.h"
-#include "backends/mla/kernels/e4m3_bits.h"
 
 namespace attnkit::mla::fp8_tile {
 
@@ -21,23 +21,12 @@ constexpr int kRopeBlock = kHeadDimVo / 64;     // column block 8: the bf16 RoPE
 constexpr int kChunksPerRow = kHeadDimQk / 8;   // 72 chunks of 8 values a token
 static_assert(kLatentScaleBlock % 64 == 0, "a 64-value column block lies within one scale block");
 
-// e4m3 byte k of `word` as f32, times 2^-120: the byte moved to the top, the rest zero.
-__device__ __forceinline__ float e4m3_scaled_down(uint32_t word, int k) {
-  return __uint_as_float(e4m3_top_as_f32_bits(__byte_perm(word, 0u, 0x0444u | (static_cast<uint32_t>(k) << 12))));
-}
-
-// Eight e4m3 (the low byte first) x scale -> eight bf16.
-__device__ __forceinline__ uint4 e4m3x8_scaled(uint2 e, float scale) {
-  uint32_t out[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t word = i < 2 ? e.x : e.y;
-    const float lo = e4m3_scaled_down(word, 2 * (i % 2)) * kE4m3Unscale * scale;
-    const float hi = e4m3_scaled_down(word, 2 * (i % 2) + 1) * kE4m3Unscale * scale;
-    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-    out[i] = *reinterpret_cast<const uint32_t*>(&b);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
+// Two e4m3 (the low byte first) x scale -> two bf16 in one register.
+__device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t bits, float scale) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+  return *reinterpret_cast<const uint32_t*>(&b);
 }
 
 // Chunk c (8 values) of one raw slot, dequantised (a RoPE chunk copied); zero where !valid.
@@ -47,7 +36,9 @@ __device__ __forceinline__ uint4 chunk_of(const unsigned char* slot, int cb, int
     v = reinterpret_cast<const uint4*>(slot + kFp8RopeOffset)[c];
   } else {
     const uint2 e = *reinterpret_cast<const uint2*>(slot + cb * 64 + 8 * c);
-    v = e4m3x8_scaled(e, reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock]);
+    const float scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock];
+    v = make_uint4(e4m3x2_scaled(e.x, scale), e4m3x2_scaled(e.x >> 16, scale), e4m3x2_scaled(e.y, scale),
+                   e4m3x2_scaled(e.y >> 16, scale));
   }
   return valid ? v : make_uint4(0, 0, 0, 0);
 }

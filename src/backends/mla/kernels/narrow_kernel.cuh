@@ -4,8 +4,8 @@
 // O^T += V^T P^T (eight m64nNk16 over the 512 output values, 4 k-steps each). At 16 rows that is a
 // quarter of the 64-row kernel's tensor work (which pads 16 rows to 64), so 16-head decode is
 // limited by the cache read.
-//   Warps 0-3 (one warpgroup) compute, reading bf16 tiles that the TMA warp (bf16 cache) or
-//   the converting warps (fp8_blocked cache, fp8_tile.cuh) fill: the variants and their
+//   Warps 0-3 (one warpgroup) compute on bf16 tiles, which the TMA warp fills (bf16 cache) or
+//   which the compute warps convert from raw slots (fp8_blocked cache, fp8_tile.cuh); the
 //   shared-memory layouts are narrow_layout.cuh.
 //   The softmax runs down M (the tile's tokens): a column's maximum is reduced across lanes and
 //   the four warps through shared memory; row sums stay per thread until the epilogue.
@@ -49,12 +49,12 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
   float* s_red = reinterpret_cast<float*>(smem + L::kOffRed);
   if (tid == 0) {
     for (int t = 0; t < L::kTiles; ++t) {
-      hopper::mbar_init(bar.tile_full(t), L::kSplitConvert ? L::kConvertWarps : 1);  // converters, or the TMA
-      hopper::mbar_init(bar.tile_empty(t), 4);                                       // the compute warps
+      hopper::mbar_init(bar.tile_full(t), 1);   // the TMA
+      hopper::mbar_init(bar.tile_empty(t), 4);  // the compute warps
     }
     for (int r = 0; r < L::kRawStages; ++r) {
       hopper::mbar_init(bar.raw_full(r), 1);
-      hopper::mbar_init(bar.raw_empty(r), L::kSplitConvert ? L::kConvertWarps : 1);  // inline: thread 0
+      hopper::mbar_init(bar.raw_empty(r), 1);  // thread 0, once every compute warp has read it
     }
   }
   __syncthreads();
@@ -68,30 +68,6 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     }
     return;
   }
-  if constexpr (L::kSplitConvert) {
-    if (warp >= 4) {  // a converting warp: raw half tile h into half h % 2 of bf16 tile h / 2
-      constexpr int kHalves = kTileTokens / L::kRawTokens;
-      for (int h = 0; h < w.num_tiles * kHalves; ++h) {
-        const int j = h / kHalves;
-        const int r = h % L::kRawStages;
-        const int t = j % L::kTiles;
-        const int row0 = (h % kHalves) * L::kRawTokens;
-        if (row0 == 0 && j >= L::kTiles) hopper::mbar_wait(bar.tile_empty(t), ((j / L::kTiles) - 1) & 1);
-        hopper::mbar_wait(bar.raw_full(r), (h / L::kRawStages) & 1);
-        fp8_tile::dequantise<32 * L::kConvertWarps, L::kRawTokens, nd::kColBlocks>(
-            smem + L::kOffRaw + r * L::kRawBytes, smem + L::kOffTiles + t * nd::kTileBytes, row0, 0,
-            w.kv_hi - (w.n0 + j * kTileTokens + row0), tid - 128);
-        mma::fence_proxy_async();  // the tile's rows, for wgmma
-        __syncwarp();
-        if (lane == 0) {
-          hopper::mbar_arrive(bar.raw_empty(r));
-          if (row0 + L::kRawTokens == kTileTokens) hopper::mbar_arrive(bar.tile_full(t));
-        }
-      }
-      return;
-    }
-  }
-
   // Q rows, zero past the item's end.
   const __nv_bfloat16* g_q = static_cast<const __nv_bfloat16*>(p.q);
   constexpr int kQChunks = kHeadDimQk / 8;
@@ -128,7 +104,7 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     const int t = j % L::kTiles;
     const uint32_t s_k = s_q + L::kOffTiles + t * nd::kTileBytes;
     float sc[kRegs];
-    if constexpr (L::kInlineConvert) {
+    if constexpr (kFp8) {
       // Raw tile j into the one bf16 tile, a column block at a time, S^T's k-steps on each block
       // issued as it is written (they run while the next converts). (Leaving tile j - 1's O^T in
       // flight here, to overlap it too, makes ptxas serialise every wgmma of the kernel.)
@@ -137,8 +113,9 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
       nd::compute_warps_sync();  // every warp's products of tile j - 1 are done: the tile is free
 #pragma unroll
       for (int cb = 0; cb < nd::kColBlocks; ++cb) {
-        fp8_tile::dequantise<128, kTileTokens, 1, 1>(smem + L::kOffRaw + r * L::kRawBytes, smem + L::kOffTiles, 0, cb,
-                                                     valid, tid);  // one in flight: the 32-row kernel has no registers for more
+        // Four conversions in flight a thread at 16 rows; one at 32 (the kernel has no registers for more).
+        fp8_tile::dequantise<128, kTileTokens, 1, kN == 16 ? 4 : 1>(smem + L::kOffRaw + r * L::kRawBytes,
+                                                                    smem + L::kOffTiles, 0, cb, valid, tid);
         mma::fence_proxy_async();
         nd::compute_warps_sync();
         if (cb == nd::kColBlocks - 1 && tid == 0) hopper::mbar_arrive(bar.raw_empty(r));  // read
@@ -231,7 +208,7 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     mma::wait_all();
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) mma::fence_regs(o[mt]);
-    if constexpr (!L::kInlineConvert) {
+    if constexpr (!kFp8) {
       __syncwarp();
       if (lane == 0) hopper::mbar_arrive(bar.tile_empty(t));
     }

@@ -18,25 +18,18 @@ constexpr int kOutStride = kHeadDimVo + 4;  // floats a staged output row: padde
 
 constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
 
-// Who fills the bf16 tiles the compute warpgroup (warps 0-3) reads, per variant:
-//   bf16 cache: the TMA warp, into a ring of kTiles tiles;
-//   fp8 at 16 rows (kSplitConvert): the TMA warp brings raw half tiles (32 slots) into a ring of
-//     kRawStages, and kConvertWarps more warps dequantise them into the ring of kTiles bf16
-//     tiles, so that conversion overlaps the products (384 threads leave 168 registers a
-//     thread, which the 16-row kernel fits);
-//   fp8 at 32 rows: the TMA warp brings raw tiles into kRawStages; the compute warps convert
-//     each into the one bf16 tile between the products (the kernel's 255 registers leave no
-//     room for more warps).
+// Warps 0-3 (one warpgroup) compute; warp 4 is the TMA producer.
+//   bf16 cache: the producer fills a ring of kTiles bf16 tiles, which the compute warps read.
+//   fp8_blocked cache: the producer brings raw tiles into a ring of kRawStages; the compute warps
+//     convert each into the one bf16 tile, a column block at a time, S^T's k-steps on each block
+//     issued as it is written (fp8_tile.cuh).
 template <int kN, bool kFp8>
 struct Layout {
-  static constexpr bool kSplitConvert = kFp8 && kN == 16;
-  static constexpr bool kInlineConvert = kFp8 && !kSplitConvert;
-  static constexpr int kConvertWarps = kSplitConvert ? 7 : 0;
-  static constexpr int kProducerWarp = 4 + kConvertWarps;
+  static constexpr int kProducerWarp = 4;
   static constexpr int kThreads = 32 * (kProducerWarp + 1);
-  static constexpr int kTiles = kInlineConvert ? 1 : 2;
-  static constexpr int kRawTokens = kSplitConvert ? kFp8BoxSlots : kTileTokens;  // slots a raw stage
-  static constexpr int kRawStages = kSplitConvert ? 3 : (kInlineConvert ? 2 : 0);
+  static constexpr int kTiles = kFp8 ? 1 : 2;
+  static constexpr int kRawTokens = kTileTokens;  // slots a raw stage
+  static constexpr int kRawStages = kFp8 ? (kN == 16 ? 3 : 2) : 0;
   static constexpr int kRawBytes = kRawTokens * kFp8SlotBytes;
   static constexpr int kQBlockBytes = kN * 128;
   static constexpr int kOffRaw = align_1k(kColBlocks * kQBlockBytes);        // Q first
@@ -77,7 +70,7 @@ __device__ __forceinline__ void compute_warps_sync() { asm volatile("bar.sync 1,
 template <int kStages, int kPieceTokens, bool kFp8>
 __device__ __forceinline__ void produce(const void* map, const AttendParams& p, const WorkItem& w, uint32_t s_stages,
                                         int stage_bytes, uint32_t full0, uint32_t empty0, int lane) {
-  const int box_rows = min(p.page_size, kFp8 ? kFp8BoxSlots : kTileTokens);
+  const int box_rows = min(p.page_size, kTileTokens);
   const int32_t* pages = p.page_indices + w.page_begin;
   constexpr int kBoxesPerRows = kFp8 ? 1 : kColBlocks;
   constexpr int kBytesPerRow = kFp8 ? kFp8SlotBytes : kColBlocks * 128;
