@@ -15,6 +15,7 @@ DTYPE_BYTES = 2
 # What a variant shape adds to plain attention: ALiBi biases (slope_h * (kv_pos - q_pos), the standard
 # slopes 2^(-8 (h + 1) / H)), a block-diagonal document mask on top of causal, or a tanh soft-cap.
 VARIANTS = (None, "alibi", "document", "softcap")
+AZURE_CONV_16 = [1316, 1342, 5776, 398, 200, 123, 399, 1118, 2322, 398, 378, 402, 1004, 401, 1884, 1313]
 
 
 @dataclass
@@ -156,6 +157,10 @@ SHAPES: List[Shape] = [
     Shape("prefill full 1x16384", "prefill", [(0, 16384)], causal=False),
     Shape("prefill varlen causal 4x4096", "prefill", [(0, 4096)] * 4, causal=True),
     Shape("prefill varlen full 4x4096", "prefill", [(0, 4096)] * 4, causal=False),
+    # 16 prompts drawn from the Azure LLM 2023 conversation trace's ContextTokens
+    # (random.Random(16).sample(rows, 16)), and one prompt of their total length to compare with.
+    Shape("prefill azure 16 prompts", "prefill", [(0, n) for n in AZURE_CONV_16], causal=True),
+    Shape(f"prefill causal 1x{sum(AZURE_CONV_16)}", "prefill", [(0, sum(AZURE_CONV_16))], causal=True),
     # Variants: FlexAttention's score_mod / mask_mod against attnkit's jit backend.
     Shape("decode 16x8192 alibi", "decode", [(8191, 1)] * 16, variant="alibi"),
     Shape("prefill causal 1x8192 alibi", "prefill", [(0, 8192)], causal=True, variant="alibi"),
