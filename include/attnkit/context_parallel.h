@@ -87,6 +87,7 @@ class ShardedPageTables {
   void free_request(RequestId id);
   int64_t length(RequestId id) const;
   const std::vector<int32_t>& pages(RequestId id) const;  // global page ids
+  size_t num_requests() const { return requests_.size(); }
   const ShareLayout& layout() const { return layout_; }
 
  private:

@@ -7,6 +7,8 @@
 #include <set>
 
 #include "attnkit/registry.h"
+#include "serving/cp_attention.h"
+#include "serving/page_pool.h"
 #include "serving/step_runner.h"
 #include "serving/verify.h"
 
@@ -86,7 +88,13 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   if (hybrid && r.skipped.empty() && registry.get(names.back()).capabilities().device != cfg.device) {
     r.skipped = "the prefill and decode backends run on different devices";
   }
+  ATTNKIT_CHECK(o.cp_ranks >= 1, "replay: cp_ranks must be >= 1, got ", o.cp_ranks);
+  const bool cp = o.cp_ranks > 1;
+  ATTNKIT_CHECK(!cp || !hybrid, "replay --cp: each rank runs one backend; a prefill/decode pair is not served");
+  if (cp && r.skipped.empty()) r.skipped = ContextParallelAttention::why_not(names[0]);
   if (!r.skipped.empty()) return r;
+  r.cp_ranks = o.cp_ranks;
+  if (cp) r.label += " (cp " + std::to_string(o.cp_ranks) + ")";
 
   const double page_bytes =
       static_cast<double>(cfg.k_slot_bytes() + cfg.v_slot_bytes()) * cfg.page_size * cfg.num_layers;
@@ -106,20 +114,43 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   r.page_bytes = page_bytes;
   r.kv_capacity_bytes = page_bytes * cfg.num_pages;
 
-  KvCache cache(cfg);
-  const BackendContext ctx{&model, &cache};
-  std::unique_ptr<AttentionBackend> backend =
-      hybrid ? create_hybrid_backend(o.prefill_backend, o.decode_backend, ctx) : create_backend(names[0], ctx);
-  Scheduler scheduler(trace, cache, o.scheduler);
+  // One cache, or one a rank; the pool the scheduler takes pages from; what runs each layer.
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<KvCache*> cache_ptrs;
+  for (int rank = 0; rank < o.cp_ranks; ++rank) {
+    caches.push_back(std::make_unique<KvCache>(cfg));
+    cache_ptrs.push_back(caches.back().get());
+  }
+  std::unique_ptr<AttentionBackend> backend;
+  std::unique_ptr<PagePool> pool;
+  std::unique_ptr<LayerAttention> attention;
+  SchedulerConfig sched = o.scheduler;
+  if (!cp) {
+    const BackendContext ctx{&model, caches[0].get()};
+    backend = hybrid ? create_hybrid_backend(o.prefill_backend, o.decode_backend, ctx) : create_backend(names[0], ctx);
+    pool = std::make_unique<CachePagePool>(*caches[0]);
+    attention = std::make_unique<BackendAttention>(*backend);
+  } else {
+    const ShareLayout layout{.kind = o.cp_share, .num_ranks = o.cp_ranks, .pages_per_run = o.cp_pages_per_run,
+                             .rank_num_pages = cfg.num_pages};
+    pool = std::make_unique<ShardedPagePool>(cache_ptrs, layout);
+    attention = std::make_unique<ContextParallelAttention>(model, names[0], cache_ptrs, layout);
+    sched.chunked_prefill = false;  // context-parallel prefill takes whole prompts
+  }
+  Scheduler scheduler(trace, *pool, sched);
   const int max_tokens = static_cast<int>(o.scheduler.token_budget);
-  StepRunner runner(model, *backend, cfg.device, o.dtype, max_tokens, o.gemms && cfg.device == Device::cuda,
+  StepRunner runner(model, *attention, cfg.device, o.dtype, max_tokens, o.gemms && cfg.device == Device::cuda,
                     o.seed);
   r.gemms = runner.gemms();
   r.weight_bytes = static_cast<double>(runner.weight_bytes());
   std::unique_ptr<StepVerifier> verifier;
-  // The reference checked against itself proves nothing and doubles its (slow) run.
-  const bool is_reference = names.front() == "reference" && names.back() == "reference";
-  if (o.verify && !is_reference) verifier = std::make_unique<StepVerifier>(cache, o.dtype);
+  // The reference checked against itself proves nothing and doubles its (slow) run, unless the
+  // ranks of a group are what is checked.
+  const bool is_reference = !cp && names.front() == "reference" && names.back() == "reference";
+  if (o.verify && !is_reference) {
+    verifier = std::make_unique<StepVerifier>(std::vector<const KvCache*>(cache_ptrs.begin(), cache_ptrs.end()),
+                                              o.dtype);
+  }
   std::set<ForwardMode> modes_checked;
 
   const auto wall0 = Clock::now();
@@ -132,7 +163,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
       now = std::max(now, scheduler.next_arrival_s());
       continue;
     }
-    backend->init_forward_metadata(st->batch);
+    attention->plan(st->batch);
     StepRecord rec;
     rec.sched_ms = static_cast<float>(ms_since(t0));
     const ForwardMode mode = st->batch.mode;
@@ -148,7 +179,7 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
     rec.num_prefill = st->num_prefill;
     rec.kv_tokens = st->batch.total_kv_len();
     rec.max_kv_len = st->batch.max_kv_len();
-    r.peak_workspace_bytes = std::max(r.peak_workspace_bytes, static_cast<double>(backend->workspace_bytes()));
+    r.peak_workspace_bytes = std::max(r.peak_workspace_bytes, static_cast<double>(attention->workspace_bytes()));
 
     if (check) {  // outside the timed part: the clock has already moved on
       modes_checked.insert(mode);
@@ -191,6 +222,9 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   r.itl_s = scheduler.inter_token_s();
   r.num_preemptions = scheduler.num_preemptions();
   r.peak_pages = scheduler.peak_pages();
+  if (const auto* sharded = dynamic_cast<const ShardedPagePool*>(pool.get())) {
+    for (const int pages : sharded->peak_pages_per_rank()) r.rank_peak_kv_bytes.push_back(pages * page_bytes);
+  }
   r.summary = summarize(r.steps, r.requests, r.itl_s, r.peak_pages * page_bytes, r.peak_workspace_bytes);
   return r;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/context_parallel.h"
 #include "attnkit/dtype.h"
 #include "attnkit/spec.h"
 #include "serving/metrics.h"
@@ -33,6 +34,12 @@ struct ReplayOptions {
   int verify_every = 64;          // a step is checked when step % verify_every == 0, or is its mode's first
   int verify_max = 8;             // at most this many checked steps
   uint64_t seed = 1;
+  // Context parallelism: > 1 runs that many ranks in this process (CPU backends), each with its
+  // own cache of the KV memory above holding a share of every request's pages; prompts then run
+  // whole (SchedulerConfig::chunked_prefill off) and the layer GEMMs are off.
+  int cp_ranks = 1;
+  ShareKind cp_share = ShareKind::interleaved;
+  int cp_pages_per_run = 16;      // ShareKind::contiguous: pages a run
   // Called after every step (for a progress bar); may be empty.
   std::function<void(int64_t finished, int64_t total, int64_t steps, double clock_s)> on_step;
 };
@@ -57,9 +64,11 @@ struct ReplayResult {
   std::string model;
   int num_layers = 0;
   bool gemms = false;       // whether the non-attention matrix products ran
-  int64_t kv_pages = 0;
+  int64_t kv_pages = 0;      // of one rank's cache under context parallelism
   int page_size = 0;
-  double kv_capacity_bytes = 0.0;
+  double kv_capacity_bytes = 0.0;  // likewise
+  int cp_ranks = 1;
+  std::vector<double> rank_peak_kv_bytes;  // [cp_ranks] the most KV memory each rank held at once
   double page_bytes = 0.0;  // one page over all layers (K and V)
   double weight_bytes = 0.0;  // the GEMM weights held on the device (one layer's, shared by all)
   double peak_workspace_bytes = 0.0;

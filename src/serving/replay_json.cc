@@ -38,7 +38,9 @@ nlohmann::json run_json(const ReplayResult& r) {
   const Summary& s = r.summary;
   j["config"] = {{"model", r.model},         {"num_layers", r.num_layers},     {"gemms", r.gemms},
                  {"kv_pages", r.kv_pages},   {"page_size", r.page_size},       {"page_bytes", r.page_bytes},
-                 {"kv_capacity_bytes", r.kv_capacity_bytes}, {"weight_bytes", r.weight_bytes}};
+                 {"kv_capacity_bytes", r.kv_capacity_bytes}, {"weight_bytes", r.weight_bytes},
+                 {"cp_ranks", r.cp_ranks}};
+  if (r.cp_ranks > 1) j["rank_peak_kv_bytes"] = r.rank_peak_kv_bytes;
   j["summary"] = {{"requests", s.num_requests},
                   {"output_tokens", s.output_tokens},
                   {"prompt_tokens", s.prompt_tokens},

@@ -9,27 +9,29 @@
 
 namespace attnkit::serving {
 
-Scheduler::Scheduler(const Trace& trace, KvCache& cache, const SchedulerConfig& config)
-    : cache_(cache), config_(config) {
+Scheduler::Scheduler(const Trace& trace, PagePool& pool, const SchedulerConfig& config)
+    : pool_(pool), config_(config) {
   ATTNKIT_CHECK(config.max_batch_size >= 1, "scheduler: max_batch_size must be >= 1, got ", config.max_batch_size);
   ATTNKIT_CHECK(config.token_budget >= config.max_batch_size, "scheduler: token_budget (", config.token_budget,
                 ") must be >= max_batch_size (", config.max_batch_size, "), so every running request can decode");
   ATTNKIT_CHECK(config.watermark_pages >= 0, "scheduler: watermark_pages must be >= 0, got ", config.watermark_pages);
-  const int num_pages = cache.allocator().num_pages();
+  const int num_pages = pool.capacity();
   watermark_ = config.watermark_pages > 0 ? config.watermark_pages : std::max(1, num_pages / 100);
-  ATTNKIT_CHECK(cache.num_requests() == 0, "scheduler: the cache must start empty, it holds ", cache.num_requests(),
+  ATTNKIT_CHECK(pool.num_requests() == 0, "scheduler: the cache must start empty, it holds ", pool.num_requests(),
                 " requests");
-  const int page_size = cache.config().page_size;
   seqs_.reserve(trace.requests.size());
   for (const TraceRequest& r : trace.requests) {
     ATTNKIT_CHECK(r.prompt_len >= 1 && r.output_len >= 1, "scheduler: request ", r.id,
                   " needs a prompt and an output of at least one token, got ", r.prompt_len, " and ", r.output_len);
     // The last output token is never fed back, so the cache holds at most prompt + output - 1 tokens.
     const int64_t max_len = r.prompt_len + r.output_len - 1;
-    const int64_t pages = (max_len + page_size - 1) / page_size;
+    const int64_t pages = pool.pages_needed(0, max_len);
     ATTNKIT_CHECK(pages + watermark_ <= num_pages, "scheduler: request ", r.id, " grows to ", max_len,
                   " tokens (", pages, " pages), more than the cache holds beside its ", watermark_,
                   "-page watermark (", num_pages, " pages): lower the context limit or enlarge the cache");
+    ATTNKIT_CHECK(config.chunked_prefill || max_len <= config.token_budget, "scheduler: request ", r.id, " grows to ",
+                  max_len, " tokens, more than the token budget (", config.token_budget,
+                  ") that runs a prompt whole without chunked prefill: raise the budget or lower the context limit");
     ATTNKIT_CHECK(seqs_.empty() || r.arrival_s >= seqs_.back().request->arrival_s, "scheduler: request ", r.id,
                   " arrives before the one listed before it: the trace must be sorted by arrival");
     seqs_.push_back({.request = &r});
@@ -42,14 +44,12 @@ double Scheduler::next_arrival_s() const {
 }
 
 int64_t Scheduler::pages_needed(const Sequence& s, int64_t new_tokens) const {
-  const int page_size = cache_.config().page_size;
-  const int64_t held = s.cache_id >= 0 ? static_cast<int64_t>(cache_.pages(s.cache_id).size()) : 0;
-  return std::max<int64_t>(0, (s.computed + new_tokens + page_size - 1) / page_size - held);
+  return pool_.pages_needed(s.cache_id >= 0 ? s.computed : 0, new_tokens);
 }
 
 void Scheduler::preempt(int seq_idx) {
   Sequence& s = seqs_[static_cast<size_t>(seq_idx)];
-  cache_.free_request(s.cache_id);
+  pool_.free_request(s.cache_id);
   s.cache_id = -1;
   s.computed = 0;
   ++s.num_preemptions;
@@ -67,7 +67,7 @@ std::optional<ScheduledStep> Scheduler::schedule(double now) {
   std::vector<uint8_t> planned(running_.size(), 0);  // parallel to running_, kept in step with it
   int64_t budget = config_.token_budget;
   int64_t promised = 0;  // pages this step will take, not yet allocated
-  auto free_pages = [&] { return cache_.allocator().num_free() - promised; };
+  auto free_pages = [&] { return pool_.num_free() - promised; };
 
   // Running requests: decodes first (one token each, never starved by a long prompt), then the
   // next chunk of prompts already under way.
@@ -113,12 +113,12 @@ std::optional<ScheduledStep> Scheduler::schedule(double now) {
   // New (or preempted) requests, first come first served; none after a preemption this step,
   // which would only take back the pages just freed, unless nothing else would run.
   if (st.num_preempted == 0 || steps.empty()) {
-    const int page_size = cache_.config().page_size;
     while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch_size && budget > 0) {
       const int idx = waiting_.front();
       Sequence& s = seqs_[static_cast<size_t>(idx)];
+      if (!config_.chunked_prefill && s.known() > budget) break;  // runs whole, in a later step
       const int64_t n = std::min(s.known(), budget);
-      const int64_t need = (n + page_size - 1) / page_size;
+      const int64_t need = pool_.pages_needed(0, n);
       if (need > free_pages() - watermark_) break;
       waiting_.pop_front();
       running_.push_back(idx);
@@ -131,16 +131,16 @@ std::optional<ScheduledStep> Scheduler::schedule(double now) {
   }
   if (steps.empty()) {
     ATTNKIT_CHECK(running_.empty() && waiting_.empty(), "scheduler: no request could run at t=", now, " (",
-                  running_.size(), " running, ", waiting_.size(), " waiting, ", cache_.allocator().num_free(),
+                  running_.size(), " running, ", waiting_.size(), " waiting, ", pool_.num_free(),
                   " pages free): this is a scheduler bug");
     return std::nullopt;
   }
-  st.batch = build_batch(cache_, steps);  // fits: every page was counted above
+  st.batch = pool_.build_batch(steps);  // fits: every page was counted above
   for (size_t i = 0; i < st.seqs.size(); ++i) {
     Sequence& s = seqs_[static_cast<size_t>(st.seqs[i])];
     if (s.cache_id < 0) s.cache_id = st.batch.request_ids[i];
   }
-  peak_pages_ = std::max(peak_pages_, cache_.allocator().num_pages() - cache_.allocator().num_free());
+  peak_pages_ = std::max(peak_pages_, pool_.pages_in_use());
   return st;
 }
 
@@ -155,7 +155,7 @@ void Scheduler::complete(const ScheduledStep& st, double now) {
     else itl_s_.push_back(static_cast<float>(now - s.last_token_s));
     s.last_token_s = now;
     if (s.finished()) {
-      cache_.free_request(s.cache_id);
+      pool_.free_request(s.cache_id);
       s.cache_id = -1;
       s.finish_s = now;
       ++num_finished_;
@@ -172,10 +172,9 @@ void Scheduler::check_drained() const {
     ATTNKIT_CHECK(s.finished() && s.finish_s >= 0, "replay: request ", s.request->id, " did not finish (",
                   s.generated, " of ", s.request->output_len, " tokens)");
   }
-  ATTNKIT_CHECK(cache_.num_requests() == 0, "replay: the cache still holds ", cache_.num_requests(),
+  ATTNKIT_CHECK(pool_.num_requests() == 0, "replay: the cache still holds ", pool_.num_requests(),
                 " requests after every request finished");
-  ATTNKIT_CHECK(cache_.allocator().num_free() == cache_.allocator().num_pages(), "replay: ",
-                cache_.allocator().num_pages() - cache_.allocator().num_free(),
+  ATTNKIT_CHECK(pool_.pages_in_use() == 0, "replay: ", pool_.pages_in_use(),
                 " KV pages leaked: allocated after every request finished");
 }
 

@@ -1,6 +1,7 @@
 // The continuous-batching scheduler of `attnkit replay`: admits requests by arrival, cuts prompts
 // into chunks under a token budget, grows and frees KV pages, and preempts (frees, recomputes later)
-// when the cache is full. It knows the KvCache and nothing of any backend; timing lives in replay.cc.
+// when the cache is full. It knows the page pool (one cache, or a context-parallel group's) and
+// nothing of any backend; timing lives in replay.cc.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "attnkit/batch.h"
 #include "attnkit/kv_cache.h"
+#include "serving/page_pool.h"
 #include "serving/trace.h"
 
 namespace attnkit::serving {
@@ -21,6 +23,10 @@ struct SchedulerConfig {
   // Pages kept free when admitting a new request, so running requests can grow a while before
   // anyone is preempted (vLLM keeps 1% the same way). 0: 1% of the cache, at least one page.
   int watermark_pages = 0;
+  // false: a prompt (or a recompute) runs whole in one step, never cut into chunks, so that every
+  // prefill starts from an empty history (context-parallel prefill needs that); each request's
+  // prompt + output must then fit the token budget.
+  bool chunked_prefill = true;
 };
 
 // One request's progress. A token is produced when every known token (the prompt and the outputs
@@ -49,8 +55,8 @@ struct ScheduledStep {
 
 class Scheduler {
  public:
-  // `trace` must outlive the scheduler; every request must fit the cache on its own.
-  Scheduler(const Trace& trace, KvCache& cache, const SchedulerConfig& config);
+  // `trace` and `pool` must outlive the scheduler; every request must fit the pool on its own.
+  Scheduler(const Trace& trace, PagePool& pool, const SchedulerConfig& config);
 
   // The next step at time `now` (seconds), or nothing when no arrived request can run (idle until
   // next_arrival_s()). Admits arrived requests first-come first-served.
@@ -76,7 +82,7 @@ class Scheduler {
   int64_t pages_needed(const Sequence& s, int64_t new_tokens) const;
   void preempt(int seq_idx);
 
-  KvCache& cache_;
+  PagePool& pool_;
   SchedulerConfig config_;
   int watermark_ = 1;
   std::vector<Sequence> seqs_;      // [num_requests] in arrival order

@@ -66,9 +66,9 @@ void StepRows::download() {
   if (dev_.data()) dev_.copy_to_host(host_.data(), host_.nbytes());
 }
 
-StepRunner::StepRunner(const ModelSpec& model, AttentionBackend& backend, Device device, DType dtype,
+StepRunner::StepRunner(const ModelSpec& model, LayerAttention& attention, Device device, DType dtype,
                        int max_tokens, bool gemms, uint64_t seed)
-    : model_(model), backend_(backend), device_(device), max_tokens_(max_tokens) {
+    : model_(model), attention_(attention), device_(device), max_tokens_(max_tokens) {
   const AttentionSpec& s = model.layer(0);
   mla_ = s.is_mla();
   num_qo_heads_ = s.num_qo_heads;
@@ -146,15 +146,15 @@ void StepRunner::run(const ForwardBatch& batch, int64_t step, int check_layer, S
     if (on_gpu) {
       if (gemms_) gemms_->before_attention(n);
       events_->record(2 * layer + 1);
-      backend_.forward(layer, q, k, v, out);
+      attention_.forward(layer, q, k, v, out);
       events_->record(2 * layer + 2);
       if (gemms_) gemms_->after_attention(n, out.data);
       continue;
     }
 #endif
     const auto t0 = Clock::now();
-    backend_.forward(layer, q, k, v, out);
-    backend_.synchronize();
+    attention_.forward(layer, q, k, v, out);
+    attention_.synchronize();
     cpu_attn_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 #ifdef ATTNKIT_WITH_CUDA

@@ -15,6 +15,33 @@ namespace attnkit::serving {
 class LayerGemms;
 class GpuEvents;
 
+// What a step runs as each layer's attention: one backend, or the ranks of a context-parallel
+// group (cp_attention.h).
+class LayerAttention {
+ public:
+  virtual ~LayerAttention() = default;
+  virtual void plan(const ForwardBatch& batch) = 0;  // once a step, before layer 0
+  virtual void forward(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& out) = 0;
+  virtual void synchronize() = 0;
+  virtual size_t workspace_bytes() const = 0;
+};
+
+class BackendAttention final : public LayerAttention {
+ public:
+  explicit BackendAttention(AttentionBackend& backend) : backend_(backend) {}
+  void plan(const ForwardBatch& batch) override { backend_.init_forward_metadata(batch); }
+  void forward(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
+               const TensorView& out) override {
+    backend_.forward(layer, q, k, v, out);
+  }
+  void synchronize() override { backend_.synchronize(); }
+  size_t workspace_bytes() const override { return backend_.workspace_bytes(); }
+
+ private:
+  AttentionBackend& backend_;
+};
+
 // Rows of [heads, dim] values the steps read or write: host memory, and a copy on the device where
 // that is not the host.
 class StepRows {
@@ -37,7 +64,7 @@ class StepRows {
 class StepRunner {
  public:
   // max_tokens: the most new tokens a step holds (the scheduler's token budget).
-  StepRunner(const ModelSpec& model, AttentionBackend& backend, Device device, DType dtype, int max_tokens,
+  StepRunner(const ModelSpec& model, LayerAttention& attention, Device device, DType dtype, int max_tokens,
              bool gemms, uint64_t seed);
   ~StepRunner();
 
@@ -59,7 +86,7 @@ class StepRunner {
   int64_t row_offset(int64_t step, int layer) const;
 
   const ModelSpec& model_;
-  AttentionBackend& backend_;
+  LayerAttention& attention_;
   Device device_;
   int max_tokens_ = 0;
   bool mla_ = false;

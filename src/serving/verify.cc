@@ -5,14 +5,19 @@
 #include <vector>
 
 #include "attnkit/compare.h"
+#include "attnkit/error.h"
 #include "attnkit/registry.h"
 
 namespace attnkit::serving {
 
-StepVerifier::StepVerifier(const KvCache& cache, DType q_dtype) : cache_(cache), q_dtype_(q_dtype) {
-  KvCacheConfig cfg = cache.config();
+StepVerifier::StepVerifier(std::vector<const KvCache*> caches, DType q_dtype)
+    : caches_(std::move(caches)), q_dtype_(q_dtype) {
+  ATTNKIT_CHECK(!caches_.empty(), "replay --verify: needs a cache");
+  KvCacheConfig cfg = caches_.front()->config();
   cfg.num_layers = 1;
   cfg.device = Device::cpu;
+  cfg.num_pages = 0;
+  for (const KvCache* c : caches_) cfg.num_pages += c->config().num_pages;
   host_cache_ = std::make_unique<KvCache>(cfg);
 }
 
@@ -46,10 +51,18 @@ TensorView f32_view(std::vector<float>& data, const TensorView& like) {
 VerifyOutcome StepVerifier::check(const ForwardBatch& batch, const AttentionSpec& spec, int layer,
                                   const TensorView& q, const TensorView& k, const TensorView& v,
                                   const TensorView& out) {
-  const KvCacheConfig& cfg = cache_.config();
-  const size_t slots = static_cast<size_t>(cfg.num_slots());
-  copy_pool(host_cache_->k_pool(0), cache_.k_pool(layer), slots * cfg.k_slot_bytes(), cfg.device);
-  if (!cfg.mla) copy_pool(host_cache_->v_pool(0), cache_.v_pool(layer), slots * cfg.v_slot_bytes(), cfg.device);
+  const KvCacheConfig& cfg = caches_.front()->config();
+  size_t slot0 = 0;
+  for (const KvCache* c : caches_) {
+    const size_t slots = static_cast<size_t>(c->config().num_slots());
+    auto* k_dst = static_cast<uint8_t*>(host_cache_->k_pool(0)) + slot0 * cfg.k_slot_bytes();
+    copy_pool(k_dst, c->k_pool(layer), slots * cfg.k_slot_bytes(), cfg.device);
+    if (!cfg.mla) {
+      auto* v_dst = static_cast<uint8_t*>(host_cache_->v_pool(0)) + slot0 * cfg.v_slot_bytes();
+      copy_pool(v_dst, c->v_pool(layer), slots * cfg.v_slot_bytes(), cfg.device);
+    }
+    slot0 += slots;
+  }
 
   // The reference stores this step's K/V again (the same values) and attends in fp64.
   ModelSpec one;

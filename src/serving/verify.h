@@ -1,9 +1,13 @@
 // --verify: one layer of a replayed step recomputed by `reference` on a CPU copy of that layer's
-// cache, and every output element compared. The choice of steps to check is replay.cc's.
+// cache, and every output element compared. The choice of steps to check is replay.cc's. A
+// context-parallel group's caches are copied one after another (rank r's pages after rank r-1's),
+// which is where a batch's global page ids point (ShareLayout), so `reference` attends the
+// unsharded history.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attnkit/batch.h"
 #include "attnkit/kv_cache.h"
@@ -21,8 +25,9 @@ struct VerifyOutcome {
 
 class StepVerifier {
  public:
-  // `cache` is the replay's cache (any device); the verifier keeps a one-layer host copy.
-  StepVerifier(const KvCache& cache, DType q_dtype);
+  // `caches`: the replay's cache, or each rank's (any device, the same config); the verifier keeps
+  // a one-layer host copy of them all.
+  StepVerifier(std::vector<const KvCache*> caches, DType q_dtype);
   ~StepVerifier();
 
   // After the step ran: copies `layer`'s pools to the host, runs `reference` on the same batch and
@@ -31,7 +36,7 @@ class StepVerifier {
                       const TensorView& k, const TensorView& v, const TensorView& out);
 
  private:
-  const KvCache& cache_;
+  std::vector<const KvCache*> caches_;
   DType q_dtype_;
   std::unique_ptr<KvCache> host_cache_;
 };

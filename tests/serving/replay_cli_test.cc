@@ -75,4 +75,22 @@ TEST(ReplayCli, LinesComeAsTheyArePrintedAndProgressAsLines) {
   EXPECT_NE(r.output.find("only CPU backends run, so by default: 1 of 32 layers"), std::string::npos) << r.output;
 }
 
+// --cp 2: two ranks in this process, each holding a share of every request, checked against
+// reference over the whole history; the table names the group and each rank's peak KV.
+TEST(ReplayCli, ContextParallelRanksAndTheirMemory) {
+  const std::string json = ::testing::TempDir() + "attnkit_replay_cp.json";
+  const Outcome r = run_tool("replay --backend cpu --cp 2 --cp-share contiguous --cp-pages-per-run 4 --preset "
+                             "qwen3-0.6b --layers 1 --max-requests 6 --max-context 300 --speed 100 --verify "
+                             "--verify-every 2 --no-progress --json " + json);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("context parallel: 2 ranks in this process"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cpu (cp 2): peak KV a rank "), std::string::npos) << r.output;
+  std::ifstream f(json);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  EXPECT_EQ(doc["options"]["cp_ranks"], 2);
+  EXPECT_EQ(doc["runs"][0]["rank_peak_kv_bytes"].size(), 2u);
+  EXPECT_EQ(run_tool("replay --cp 0").status, 2);
+  EXPECT_EQ(run_tool("replay --cp-share diagonal").status, 2);
+}
+
 }  // namespace

@@ -3,8 +3,6 @@
 // --verify must catch.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "attnkit/registry.h"
 #include "serving/replay.h"
 #include "serving/replay_json.h"
@@ -13,22 +11,9 @@
 namespace attnkit::serving {
 namespace {
 
+using testing::has_backend;
 using testing::tiny_model;
-
-Trace tiny_trace(int n, uint64_t seed) {
-  Trace t;
-  t.name = "synthetic";
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> prompt(1, 24), output(1, 12);
-  // Arrivals far faster than steps: the queue grows and the small cache must preempt.
-  std::exponential_distribution<double> gap(200000.0);
-  double now = 0.0;
-  for (int i = 0; i < n; ++i) {
-    t.requests.push_back({.id = i, .arrival_s = now, .prompt_len = prompt(rng), .output_len = output(rng), .hash_ids = {}});
-    now += gap(rng);
-  }
-  return t;
-}
+using testing::tiny_trace;
 
 ReplayOptions tiny_options(const std::string& backend) {
   ReplayOptions o;
@@ -43,13 +28,6 @@ ReplayOptions tiny_options(const std::string& backend) {
   o.verify_every = 211;
   o.verify_max = 12;
   return o;
-}
-
-bool has_backend(const std::string& name) {
-  for (const auto& n : Registry::global().names()) {
-    if (n == name) return true;
-  }
-  return false;
 }
 
 TEST(Replay, TenThousandRequestsLoseNoneAndLeakNoPage) {

@@ -47,6 +47,9 @@ struct Options {
   std::string json;
   std::string report;
   bool no_progress = false;
+  int cp = 1;
+  std::string cp_share = "interleaved";
+  int cp_pages_per_run = 16;
 };
 
 // What a replay runs where no GPU backend takes part and --layers / --max-requests are not given:
@@ -191,6 +194,14 @@ std::function<int()> add_replay(CLI::App& app) {
   cmd->add_option("--report", o->report, "Also write the HTML report to this file")->check(writable_file());
   cmd->add_flag("--no-progress", o->no_progress,
                 "No progress on stderr (else a bar on a terminal, a line every 10 s into a file or pipe)");
+  cmd->add_option("--cp", o->cp,
+                  "Context parallelism: ranks, each with its own cache (--kv-memory a rank) holding a share of "
+                  "every request's pages, run one after another in this process (CPU backends); prompts run whole")
+      ->check(whole_number(1, 64));
+  cmd->add_option("--cp-share", o->cp_share, "How --cp shares a request's pages: interleaved or contiguous runs")
+      ->check(CLI::IsMember({"interleaved", "contiguous"}));
+  cmd->add_option("--cp-pages-per-run", o->cp_pages_per_run, "Pages a run of --cp-share contiguous")
+      ->check(whole_number(1, 1 << 20));
   add_threads_option(*cmd);
   return [o] {
     std::vector<std::pair<std::string, std::string>> pairs;
@@ -235,6 +246,15 @@ std::function<int()> add_replay(CLI::App& app) {
     ropt.verify_every = o->verify_every;
     ropt.verify_max = o->verify_max;
     ropt.seed = o->seed;
+    ropt.cp_ranks = o->cp;
+    ropt.cp_share = o->cp_share == "contiguous" ? ShareKind::contiguous : ShareKind::interleaved;
+    ropt.cp_pages_per_run = o->cp_pages_per_run;
+    if (o->cp > 1) {
+      // Prompts run whole: the budget must hold the longest request.
+      int64_t longest = 0;
+      for (const serving::TraceRequest& r : trace.requests) longest = std::max(longest, r.prompt_len + r.output_len);
+      ropt.scheduler.token_budget = std::max(ropt.scheduler.token_budget, longest);
+    }
     print_trace_line(trace, ropt);
     if (!gpu && (o->layers == 0 || o->max_requests < 0)) {
       std::cout << "only CPU backends run, so by default:";

@@ -28,6 +28,11 @@ void print_trace_line(const serving::Trace& t, const serving::ReplayOptions& o) 
   std::cout << "\nmodel " << o.model.name << " x " << count_of(o.model.num_layers(), "layer") << ", page " << o.page_size
             << ", max batch " << o.scheduler.max_batch_size << ", token budget " << o.scheduler.token_budget
             << (o.verify ? ", verifying sampled steps against reference" : "") << "\n";
+  if (o.cp_ranks > 1) {
+    std::cout << "context parallel: " << o.cp_ranks << " ranks in this process, one after another, each with its own "
+              << "cache holding a " << (o.cp_share == ShareKind::interleaved ? "page-interleaved" : "contiguous")
+              << " share of every request; prompts run whole\n";
+  }
 }
 
 void print_comparison(const std::vector<RunOutcome>& runs) {
@@ -67,6 +72,14 @@ void print_comparison(const std::vector<RunOutcome>& runs) {
       line += " (largest batch " + std::to_string(s.max_batch_size) + ")";
     }
     notes.push_back(line);
+    if (r.cp_ranks > 1) {
+      std::string ranks = r.label + ": peak KV a rank";
+      for (size_t i = 0; i < r.rank_peak_kv_bytes.size(); ++i) {
+        ranks += (i == 0 ? " " : ", ") + si(r.rank_peak_kv_bytes[i], "B");
+      }
+      notes.push_back(ranks + " (of " + si(r.kv_capacity_bytes, "B") + " each; " + si(s.peak_kv_bytes, "B") +
+                      " together)");
+    }
   }
   print_table(rows);
   for (const std::string& n : notes) std::cout << n << '\n';
@@ -87,7 +100,8 @@ nlohmann::json results_json(const serving::Trace& trace, const std::string& pres
                     {"token_budget", o.scheduler.token_budget},
                     {"speed", speed},
                     {"gemms", o.gemms},
-                    {"verify", o.verify}};
+                    {"verify", o.verify},
+                    {"cp_ranks", o.cp_ranks}};
   nlohmann::json list = nlohmann::json::array();
   for (const RunOutcome& run : runs) {
     nlohmann::json j = serving::run_json(run.result);
