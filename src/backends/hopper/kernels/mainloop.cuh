@@ -42,9 +42,12 @@ struct Consumer {
 
   // Tokens of a V tile past the history (stale page slots, or rows no box filled) are zeroed
   // before the product reads them: P is 0 there, but 0 x NaN is not. Both warpgroups write the
-  // same zeros, each before its own product.
-  __device__ __forceinline__ void zero_v_tail(const SmemAddrs& sm, int stage, const Tile& t, int n0, int rows_filled) {
-    const int valid = min(rows_filled, t.kv_len - n0);
+  // same zeros, each before its own product. A tile below kv_hi (<= kv_len) is whole: it returns
+  // at once, before the box count's divisions, which would sit in the turn at the tensor cores.
+  __device__ __forceinline__ void zero_v_tail(const ExtendParams& p, const SmemAddrs& sm, int stage, const Tile& t,
+                                              int n0) {
+    if (n0 + kN <= t.kv_hi) return;
+    const int valid = min(filled_rows(p, t, n0), t.kv_len - n0);
     if (valid >= kN) return;
     const int tid = warp * 32 + lane;
     unsigned char* base = nullptr;
@@ -93,7 +96,7 @@ struct Consumer {
     issue_qk(sm, stage);
     if (prev != nullptr) {
       tma::mbar_wait(sm.bars.v_full(prev->stage), prev->parity);
-      zero_v_tail(sm, prev->stage, t, prev_n0, filled_rows(p, t, prev_n0));
+      zero_v_tail(p, sm, prev->stage, t, prev_n0);
       issue_pv(sm, prev->stage);
     }
     named_arrive(kTurnBarrier + 1 - index, 256);  // the other warpgroup's turn
@@ -103,6 +106,16 @@ struct Consumer {
       wg::wait<0>();
     }
     wg::fence_regs(s);
+  }
+
+  // Keeps the softmax of S_j above the wait for PV_{j-1}, so that it runs under that product. Left
+  // alone, ptxas hoists the wait above the whole softmax (only registers tie them; empty asm
+  // fences emit no PTX to hold it), and each warpgroup's exponentials then wait for its PV. A
+  // branch on the row sums, which need every exponential of the tile, is a block boundary the wait
+  // does not cross (seen in the SASS: the MUFU.EX2s between the two WARPGROUP.DEPBARs). It never
+  // fires: a row sum is >= 0, or the canonical NaN 0x7fffffff, never all ones.
+  __device__ __forceinline__ static void softmax_before_wait(const float (&l)[2]) {
+    if (__float_as_uint(l[0]) == 0xffffffffu || __float_as_uint(l[1]) == 0xffffffffu) __trap();
   }
 
   __device__ __forceinline__ void release(uint32_t bar) const {
@@ -141,11 +154,7 @@ struct Consumer {
       release(sm.bars.k_empty(slot.stage));
       sx.cap_and_mask(s, n0, lane);
       sx.update(s, corr);
-      // Pinned before the wait: left alone, the compiler sinks the softmax below it (nothing but
-      // registers ties them), and the softmax no longer runs under the PV product.
-      wg::fence_regs(s);
-      wg::fence_regs(corr);
-      wg::fence_regs(sx.l);
+      softmax_before_wait(sx.l);
       wg::wait<0>();
       wg::fence_regs(o);
       wg::fence_regs(pa);
@@ -157,7 +166,7 @@ struct Consumer {
     }
     release(sm.bars.q_empty());  // every S of the tile has been computed
     tma::mbar_wait(sm.bars.v_full(prev.stage), prev.parity);
-    zero_v_tail(sm, prev.stage, t, prev_n0, filled_rows(p, t, prev_n0));
+    zero_v_tail(p, sm, prev.stage, t, prev_n0);
     issue_pv(sm, prev.stage);
     wg::wait<0>();
     wg::fence_regs(o);
