@@ -80,6 +80,8 @@ Trace load_trace(const std::string& path_in, const TraceOptions& o) {
   ATTNKIT_CHECK(o.max_requests >= 0, "trace: max_requests must be >= 0, got ", o.max_requests);
   ATTNKIT_CHECK(o.max_context == 0 || o.max_context >= 2, "trace: max_context must be 0 (none) or >= 2, got ",
                 o.max_context);
+  ATTNKIT_CHECK(o.min_context >= 0 && (o.max_context == 0 || o.min_context <= o.max_context),
+                "trace: min_context must be >= 0 and at most max_context (", o.max_context, "), got ", o.min_context);
   const bool builtin = path_in.empty() || path_in == "builtin";
   const std::string path = builtin ? builtin_trace_path() : path_in;
   const std::string text = read_file(path);
@@ -115,6 +117,11 @@ Trace load_trace(const std::string& path_in, const TraceOptions& o) {
     const bool empty = r.prompt_len <= 0 || r.output_len <= 0;
     t.dropped += empty;
     return empty;
+  });
+  std::erase_if(rows, [&](const TraceRequest& r) {
+    const bool shorter = r.prompt_len + r.output_len < o.min_context;
+    t.shorter += shorter;
+    return shorter;
   });
   if (!t.has_arrivals) {
     std::mt19937_64 rng(o.seed);

@@ -27,6 +27,7 @@ struct Trace {
   // What loading did to the file's rows (reported so a result says what it replayed).
   int64_t rows = 0;          // data rows read
   int64_t dropped = 0;       // rows with no prompt or no output (failed requests in BurstGPT)
+  int64_t shorter = 0;       // rows below TraceOptions::min_context, left out
   int64_t clamped = 0;       // requests shortened to fit max_context
   double prefix_hit_ratio = 0.0;  // Mooncake: prompt tokens whose leading blocks an earlier request shared
 };
@@ -34,6 +35,7 @@ struct Trace {
 struct TraceOptions {
   int64_t max_requests = 0;   // 0: all rows; else the first N (after dropping empty rows)
   int64_t max_context = 0;    // 0: no limit; else prompt_len + output_len <= max_context (prompt cut first)
+  int64_t min_context = 0;    // 0: all; else only rows of prompt_len + output_len >= min_context (long-context runs)
   double speed = 1.0;         // arrivals divided by this (2: twice as fast)
   double rate = 4.0;          // requests/s of the Poisson arrivals given to traces without times
   uint64_t seed = 1;          // for those arrivals

@@ -92,6 +92,28 @@ TEST(Trace, CapClampAndSpeed) {
   EXPECT_DOUBLE_EQ(t.requests[1].arrival_s, 5.0);
 }
 
+// --min-context keeps the long requests only (before --max-requests counts them), times from the
+// first one kept.
+TEST(Trace, MinContextKeepsTheLongRequests) {
+  TraceOptions o;
+  o.min_context = 400;
+  o.max_requests = 1;
+  const std::string path = write_temp("azure3.csv",
+                                      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                      "2023-11-16 18:00:00.0,300,50\n"
+                                      "2023-11-16 18:00:10.0,1000,100\n"
+                                      "2023-11-16 18:00:20.0,390,10\n");
+  const Trace t = load_trace(path, o);
+  ASSERT_EQ(t.requests.size(), 1u);
+  EXPECT_EQ(t.requests[0].prompt_len, 1000);
+  EXPECT_DOUBLE_EQ(t.requests[0].arrival_s, 0.0);
+  EXPECT_EQ(t.shorter, 1);  // 390 + 10 = 400 is kept, 300 + 50 is not
+  o.max_requests = 0;
+  EXPECT_EQ(load_trace(path, o).requests.size(), 2u);
+  o.max_context = 300;
+  EXPECT_THROW(load_trace(path, o), Error);  // nothing could be both
+}
+
 TEST(Trace, BuiltinSampleLoads) {
   const Trace t = load_trace("builtin");
   EXPECT_EQ(t.format, "azure-csv");

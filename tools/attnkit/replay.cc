@@ -29,6 +29,7 @@ struct Options {
   int layers = 0;
   int64_t max_requests = -1;  // -1: the default (all, or kCpuDefaultRequests)
   int64_t max_context = 16384;
+  int64_t min_context = 0;
   double speed = 1.0;
   double rate = 4.0;
   int page_size = 16;
@@ -161,6 +162,9 @@ std::function<int()> add_replay(CLI::App& app) {
       ->default_str("");
   cmd->add_option("--max-context", o->max_context, "Clamp prompt + output to this many tokens (0: no limit)")
       ->check(whole_number(2, int64_t{1} << 30, /*or_zero=*/true));
+  cmd->add_option("--min-context", o->min_context,
+                  "Replay only requests of at least this many tokens, prompt + output (long-context runs)")
+      ->check(whole_number(0, int64_t{1} << 30));
   cmd->add_option("--speed", o->speed, "Time scale of arrivals (2: twice as fast)")->check(positive_number());
   cmd->add_option("--rate", o->rate, "Requests/s of Poisson arrivals for traces without times")
       ->check(positive_number());
@@ -224,6 +228,7 @@ std::function<int()> add_replay(CLI::App& app) {
     serving::TraceOptions topt;
     topt.max_requests = o->max_requests >= 0 ? o->max_requests : gpu ? 0 : kCpuDefaultRequests;
     topt.max_context = o->max_context;
+    topt.min_context = o->min_context;
     topt.speed = o->speed;
     topt.rate = o->rate;
     topt.seed = o->seed;

@@ -23,6 +23,7 @@ std::string ms3(const serving::Percentiles& p) {
 void print_trace_line(const serving::Trace& t, const serving::ReplayOptions& o) {
   std::cout << "trace " << t.name << " (" << t.format << "): " << t.requests.size() << " requests of " << t.rows
             << " rows, " << t.dropped << " dropped (empty), " << t.clamped << " clamped";
+  if (t.shorter > 0) std::cout << ", " << t.shorter << " shorter than --min-context left out";
   if (!t.has_arrivals) std::cout << ", Poisson arrivals";
   if (t.prefix_hit_ratio > 0) std::cout << ", shared-prefix tokens " << fixed(100 * t.prefix_hit_ratio, 1) << "%";
   std::cout << "\nmodel " << o.model.name << " x " << count_of(o.model.num_layers(), "layer") << ", page " << o.page_size
