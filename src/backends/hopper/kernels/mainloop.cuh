@@ -154,7 +154,10 @@ struct Consumer {
       release(sm.bars.k_empty(slot.stage));
       sx.cap_and_mask(s, n0, lane);
       sx.update(s, corr);
-      softmax_before_wait(sx.l);
+      // At d256 the 64 x 256 O accumulator of the PV product in flight and S leave too few
+      // registers to hold the softmax there: pinned, it spills (54 local-memory instructions, 3
+      // in this loop, against 4 in the prologue unpinned), so d256 keeps the wait above it.
+      if constexpr (kD <= 128) softmax_before_wait(sx.l);
       wg::wait<0>();
       wg::fence_regs(o);
       wg::fence_regs(pa);
