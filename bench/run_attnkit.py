@@ -50,8 +50,8 @@ def main() -> int:
             continue
         for backend in backends:
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-                cmd = [args.tool, "bench", "--backend", backend, "--preset", "llama3-8b", "--page-size",
-                       str(shapes.PAGE_SIZE), "--max-seconds", args.max_seconds, "--json", tmp.name, *bench_args]
+                cmd = [args.tool, "bench", "--backend", backend, "--preset", "llama3-8b", "--max-seconds",
+                       args.max_seconds, "--json", tmp.name, *bench_args]
                 if ceilings:
                     cmd.append("--ceilings")
                 proc = subprocess.run(cmd, capture_output=True, text=True)

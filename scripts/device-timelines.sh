@@ -21,7 +21,7 @@ while IFS= read -r name; do
   tag=$(tr ' +' '__' <<<"$name")
   # shellcheck disable=SC2086 # args is a list of options
   "$dist/attnkit" bench --backend planned --preset llama3-8b --decode-timeline "$out/timeline.$tag.csv" \
-    --page-size 16 $args --warmup 3 --repeats 3 >/dev/null 2>&1 || echo "$name: bench FAILED"
+    $args --warmup 3 --repeats 3 >/dev/null 2>&1 || echo "$name: bench FAILED"
   echo "=== $name"
   [[ -f "$out/timeline.$tag.csv" ]] || { echo "no timeline written (no GPU, or the planned backend skipped)"; continue; }
   python3 scripts/decode-timeline.py "$out/timeline.$tag.csv"

@@ -10,7 +10,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 import torch.nn.functional as F
 
-from shapes import HEAD_DIM, NUM_KV_HEADS, NUM_QO_HEADS, PAGE_SIZE, Shape
+from shapes import NUM_KV_HEADS, NUM_QO_HEADS, Shape
 from timing import rotation_count
 
 DTYPE = torch.bfloat16
@@ -26,13 +26,13 @@ class ShapeData:
     """One shape's inputs, `copies` times over, in a paged pool whose pages are in shuffled order."""
     shape: Shape
     copies: int
-    k_pool: torch.Tensor                      # [num_pages, PAGE_SIZE, NUM_KV_HEADS, HEAD_DIM]
+    k_pool: torch.Tensor                      # [num_pages, page_size, NUM_KV_HEADS, head_dim] (the shape's)
     v_pool: torch.Tensor
     kv_indptr: torch.Tensor                   # [batch + 1] pages of each request (same for every copy)
     kv_indices: List[torch.Tensor]            # per copy: [num_pages_needed]
     last_page_len: torch.Tensor               # [batch]
     qo_indptr: torch.Tensor                   # [batch + 1]
-    qs: List[torch.Tensor]                    # per copy: [total_q, NUM_QO_HEADS, HEAD_DIM]
+    qs: List[torch.Tensor]                    # per copy: [total_q, NUM_QO_HEADS, head_dim]
     _contiguous: Dict[int, tuple] = field(default_factory=dict)
 
     def contiguous_kv(self, copy: int):
@@ -42,8 +42,8 @@ class ShapeData:
             indptr = self.kv_indptr.tolist()
             for i, kv_len in enumerate(self.shape.kv_lens()):
                 pages = self.kv_indices[copy][indptr[i]:indptr[i + 1]].long()
-                ks.append(self.k_pool[pages].reshape(-1, NUM_KV_HEADS, HEAD_DIM)[:kv_len])
-                vs.append(self.v_pool[pages].reshape(-1, NUM_KV_HEADS, HEAD_DIM)[:kv_len])
+                ks.append(self.k_pool[pages].reshape(-1, NUM_KV_HEADS, self.shape.head_dim)[:kv_len])
+                vs.append(self.v_pool[pages].reshape(-1, NUM_KV_HEADS, self.shape.head_dim)[:kv_len])
             self._contiguous[copy] = (torch.cat(ks), torch.cat(vs))
         return self._contiguous[copy]
 
@@ -54,28 +54,28 @@ class ShapeData:
         b = self.shape.batch_size
         qo, kv = self.shape.qo_lens()[0], self.shape.kv_lens()[0]
         k, v = self.contiguous_kv(copy)
-        q = self.qs[copy].view(b, qo, NUM_QO_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
-        k = k.view(b, kv, NUM_KV_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
-        v = v.view(b, kv, NUM_KV_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
+        q = self.qs[copy].view(b, qo, NUM_QO_HEADS, self.shape.head_dim).transpose(1, 2).contiguous()
+        k = k.view(b, kv, NUM_KV_HEADS, self.shape.head_dim).transpose(1, 2).contiguous()
+        v = v.view(b, kv, NUM_KV_HEADS, self.shape.head_dim).transpose(1, 2).contiguous()
         return q, k, v
 
 
 def make_data(shape: Shape, seed: int = 0, device: str = "cuda", copies: Optional[int] = None) -> ShapeData:
     """The shape's inputs on `device`, rotated among `copies` copies (default: enough to exceed the L2)."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    pages_per_request = [math.ceil(n / PAGE_SIZE) for n in shape.kv_lens()]
+    pages_per_request = [math.ceil(n / shape.page_size) for n in shape.kv_lens()]
     needed = sum(pages_per_request)
     copies = copies or rotation_count(shape.kv_bytes())
     total = needed * copies
-    pool_shape = (total, PAGE_SIZE, NUM_KV_HEADS, HEAD_DIM)
+    pool_shape = (total, shape.page_size, NUM_KV_HEADS, shape.head_dim)
     k_pool = torch.randn(pool_shape, device=device, dtype=DTYPE, generator=gen)
     v_pool = torch.randn(pool_shape, device=device, dtype=DTYPE, generator=gen)
     perm = torch.randperm(total, device=device, generator=gen).to(torch.int32)
     kv_indptr = torch.tensor([0] + pages_per_request, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
-    last = [n - (p - 1) * PAGE_SIZE for n, p in zip(shape.kv_lens(), pages_per_request)]
+    last = [n - (p - 1) * shape.page_size for n, p in zip(shape.kv_lens(), pages_per_request)]
     qo_indptr = torch.tensor([0] + shape.qo_lens(), dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
     total_q = sum(shape.qo_lens())
-    qs = [torch.randn(total_q, NUM_QO_HEADS, HEAD_DIM, device=device, dtype=DTYPE, generator=gen)
+    qs = [torch.randn(total_q, NUM_QO_HEADS, shape.head_dim, device=device, dtype=DTYPE, generator=gen)
           for _ in range(copies)]
     return ShapeData(shape, copies, k_pool, v_pool, kv_indptr,
                      [perm[c * needed:(c + 1) * needed].contiguous() for c in range(copies)],
@@ -84,7 +84,7 @@ def make_data(shape: Shape, seed: int = 0, device: str = "cuda", copies: Optiona
 
 def to_ragged(out: torch.Tensor) -> torch.Tensor:
     """[B, H, qo, D] -> [B * qo, H, D], the layout FlashInfer returns."""
-    return out.transpose(1, 2).reshape(-1, NUM_QO_HEADS, HEAD_DIM)
+    return out.transpose(1, 2).reshape(-1, NUM_QO_HEADS, out.shape[-1])
 
 
 # --- PyTorch SDPA ------------------------------------------------------------------------------
@@ -182,7 +182,8 @@ def fi_decode(use_tensor_cores: bool):
         calls = []
         for c in range(d.copies):
             w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(_workspace(), "NHD", use_tensor_cores=use_tensor_cores)
-            w.plan(d.kv_indptr, d.kv_indices[c], d.last_page_len, NUM_QO_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE,
+            w.plan(d.kv_indptr, d.kv_indices[c], d.last_page_len, NUM_QO_HEADS, NUM_KV_HEADS, d.shape.head_dim,
+                   d.shape.page_size,
                    pos_encoding_mode="NONE", q_data_type=DTYPE, kv_data_type=DTYPE)
             calls.append(lambda w=w, q=d.qs[c]: w.run(q, (d.k_pool, d.v_pool)))
         return calls
@@ -196,7 +197,7 @@ def fi_prefill_paged(backend: str):
         for c in range(d.copies):
             w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(_workspace(), "NHD", backend=backend)
             w.plan(d.qo_indptr, d.kv_indptr, d.kv_indices[c], d.last_page_len, NUM_QO_HEADS, NUM_KV_HEADS,
-                   HEAD_DIM, PAGE_SIZE, causal=d.shape.causal, q_data_type=DTYPE, kv_data_type=DTYPE)
+                   d.shape.head_dim, d.shape.page_size, causal=d.shape.causal, q_data_type=DTYPE, kv_data_type=DTYPE)
             calls.append(lambda w=w, q=d.qs[c]: w.run(q, (d.k_pool, d.v_pool)))
         return calls
     return runner
@@ -210,7 +211,7 @@ def fi_prefill_ragged(backend: str):
         for c in range(d.copies):
             k, v = d.contiguous_kv(c)
             w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(), "NHD", backend=backend)
-            w.plan(d.qo_indptr, kv_indptr, NUM_QO_HEADS, NUM_KV_HEADS, HEAD_DIM, causal=d.shape.causal,
+            w.plan(d.qo_indptr, kv_indptr, NUM_QO_HEADS, NUM_KV_HEADS, d.shape.head_dim, causal=d.shape.causal,
                    q_data_type=DTYPE, kv_data_type=DTYPE)
             calls.append(lambda w=w, q=d.qs[c], k=k, v=v: w.run(q, k, v))
         return calls
@@ -220,7 +221,7 @@ def fi_prefill_ragged(backend: str):
 # --- SGLang's Triton kernels ---------------------------------------------------------------------
 # They read a token-level pool: K and V as [slots, kv heads, dim] with kv_indptr / kv_indices over
 # token slots (SGLang's req_to_token). Our pages are that pool seen 16 slots at a time, so slot =
-# page * PAGE_SIZE + offset indexes the same shuffled pages every other paged peer reads.
+# page * page_size + offset indexes the same shuffled pages every other paged peer reads.
 
 SGLANG_MAX_KV_SPLITS = 8      # SGLang's --triton-attention-num-kv-splits default (CUDA, non-MLA)
 
@@ -243,10 +244,10 @@ def _accepted(fn, **kwargs):
 def token_slots(d: ShapeData, copy: int, keep) -> torch.Tensor:
     """int32 token slots of each request's first keep(i, kv_len) tokens, request after request."""
     indptr, out = d.kv_indptr.tolist(), []
-    offsets = torch.arange(PAGE_SIZE, device=d.k_pool.device, dtype=torch.int64)
+    offsets = torch.arange(d.shape.page_size, device=d.k_pool.device, dtype=torch.int64)
     for i, kv_len in enumerate(d.shape.kv_lens()):
         pages = d.kv_indices[copy][indptr[i]:indptr[i + 1]].long()
-        out.append((pages[:, None] * PAGE_SIZE + offsets).reshape(-1)[:keep(i, kv_len)])
+        out.append((pages[:, None] * d.shape.page_size + offsets).reshape(-1)[:keep(i, kv_len)])
     return torch.cat(out).to(torch.int32)
 
 
@@ -273,14 +274,14 @@ def sglang_decode(d: ShapeData) -> List[Callable[[], torch.Tensor]]:
         extra = {"uneven_batch_ptr": uneven} if "uneven_batch_ptr" in fn.arg_names else {}
         fn[(1,)](num_kv_splits, seq_lens, b, 1, NUM_QO_HEADS, NUM_KV_HEADS, splits, sms,
                  MAX_NUM_SEQ=256 if b < 256 else 1 << (b - 1).bit_length(), **extra)
-    attn_logits = torch.empty((b, NUM_QO_HEADS, splits, HEAD_DIM), dtype=torch.float32, device=dev)
+    attn_logits = torch.empty((b, NUM_QO_HEADS, splits, d.shape.head_dim), dtype=torch.float32, device=dev)
     attn_lse = torch.empty((b, NUM_QO_HEADS, splits), dtype=torch.float32, device=dev)
-    k_buf, v_buf = (p.view(-1, NUM_KV_HEADS, HEAD_DIM) for p in (d.k_pool, d.v_pool))
+    k_buf, v_buf = (p.view(-1, NUM_KV_HEADS, d.shape.head_dim) for p in (d.k_pool, d.v_pool))
     kv_indptr = _indptr(s.kv_lens(), dev)
     fwd = m.decode.decode_attention_fwd
     common = _accepted(fwd, k_buffer=k_buf, v_buffer=v_buf, kv_indptr=kv_indptr, attn_logits=attn_logits,
                        attn_lse=attn_lse, num_kv_splits=num_kv_splits, max_kv_splits=splits,
-                       sm_scale=HEAD_DIM ** -0.5, k_scale=1.0, v_scale=1.0,
+                       sm_scale=d.shape.head_dim ** -0.5, k_scale=1.0, v_scale=1.0,
                        logit_cap=float(s.variant_arg) if s.variant == "softcap" else 0.0,
                        use_pdl=dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9,
                        page_size=1, uneven_batch=uneven)
@@ -308,12 +309,12 @@ def sglang_extend(d: ShapeData) -> List[Callable[[], torch.Tensor]]:
     m = _sglang_kernels()
     prefixes, news = [p for p, _ in s.requests], s.qo_lens()
     kv_starts = [0] + list(torch.tensor(s.kv_lens()).cumsum(0).tolist())
-    k_buf, v_buf = (p.view(-1, NUM_KV_HEADS, HEAD_DIM) for p in (d.k_pool, d.v_pool))
+    k_buf, v_buf = (p.view(-1, NUM_KV_HEADS, d.shape.head_dim) for p in (d.k_pool, d.v_pool))
     fwd = m.extend.extend_attention_fwd
     common = _accepted(fwd, k_buffer=k_buf, v_buffer=v_buf, qo_indptr=d.qo_indptr,
                        kv_indptr=_indptr(prefixes, d.k_pool.device),
                        custom_mask=None, is_causal=s.causal, mask_indptr=None, max_len_extend=max(news),
-                       k_scale=1.0, v_scale=1.0, sm_scale=HEAD_DIM ** -0.5,
+                       k_scale=1.0, v_scale=1.0, sm_scale=d.shape.head_dim ** -0.5,
                        logit_cap=float(s.variant_arg) if s.variant == "softcap" else 0.0,
                        page_size=1, extend_seq_lens_cpu=news)
     calls = []

@@ -36,15 +36,18 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def prebuild_flashinfer(names):
-    """Runs every FlashInfer peer once on a tiny shape, in parallel threads, so their JIT modules
-    compile concurrently (nvcc in subprocesses) instead of one after another inside the timings."""
-    tiny = {"decode": shapes.decode(2, 64), "prefill": shapes.Shape("tiny prefill", "prefill", [(0, 256)])}
+def prebuild_flashinfer(names, head_dims):
+    """Runs every FlashInfer peer once on a tiny shape of each head dim, in parallel threads, so
+    their JIT modules compile concurrently (nvcc in subprocesses) instead of one after another
+    inside the timings."""
     jobs = []
-    for name in names:
-        runner, phases, is_fi = peers.PEERS[name]
-        if is_fi:
-            jobs.append((name, runner, tiny[phases[0]]))
+    for head_dim in sorted(head_dims):
+        tiny = {"decode": shapes.Shape("tiny decode", "decode", [(63, 1)] * 2, head_dim=head_dim),
+                "prefill": shapes.Shape("tiny prefill", "prefill", [(0, 256)], head_dim=head_dim)}
+        for name in names:
+            runner, phases, is_fi = peers.PEERS[name]
+            if is_fi:
+                jobs.append((name, runner, tiny[phases[0]]))
     started = time.time()
 
     def one(job):
@@ -84,7 +87,8 @@ def run_shape(shape, names, flex_shapes, results):
     reference = None
     for name in names:
         runner, _, _ = peers.PEERS[name]
-        row = {"shape": shape.name, "peer": name, "metric": shape.metric()}
+        row = {"shape": shape.name, "peer": name, "metric": shape.metric(), "head_dim": shape.head_dim,
+               "page_size": shape.page_size}
         if not peers.applies(name, shape):
             continue
         if name == "flex" and shape.name not in flex_shapes:
@@ -142,7 +146,7 @@ def main() -> int:
         "device": props.name, "sms": props.multi_processor_count, "l2_bytes": timing.l2_bytes(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "flashinfer": fi_version,
         "sglang": sglang_version,
-        "heads": f"{shapes.NUM_QO_HEADS} q / {shapes.NUM_KV_HEADS} kv / {shapes.HEAD_DIM}",
+        "heads": f"{shapes.NUM_QO_HEADS} q / {shapes.NUM_KV_HEADS} kv / {shapes.HEAD_DIM} (unless a shape says)",
         "page_size": shapes.PAGE_SIZE, "dtype": "bf16", "results": [],
     }
     log(f"{props.name}, torch {torch.__version__}, flashinfer {fi_version}, sglang kernels {sglang_version}")
@@ -153,7 +157,7 @@ def main() -> int:
         log(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s (read+write), "
             f"bf16 matmul {c['bf16_matmul_flop_per_s'] / 1e12:.0f} TFLOP/s")
     if args.prebuild:
-        prebuild_flashinfer(names)
+        prebuild_flashinfer(names, {s.head_dim for s in shapes.by_name(args.shapes)})
         if args.save_aot:  # right away: a run cut short by its time limit still keeps the modules
             save_aot(args.save_aot)
     for shape in shapes.by_name(args.shapes):

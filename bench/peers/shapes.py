@@ -27,6 +27,8 @@ class Shape:
     tags: List[str] = field(default_factory=list)
     variant: Optional[str] = None       # one of VARIANTS
     variant_arg: int = 0                # "softcap": the cap; "document": the tokens of each document
+    head_dim: int = HEAD_DIM
+    page_size: int = PAGE_SIZE
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -49,7 +51,7 @@ class Shape:
 
     def kv_bytes(self) -> float:
         """Bytes of K and V read once: the floor of a decode step's memory traffic."""
-        return float(sum(self.kv_lens())) * NUM_KV_HEADS * HEAD_DIM * 2 * DTYPE_BYTES
+        return float(sum(self.kv_lens())) * NUM_KV_HEADS * self.head_dim * 2 * DTYPE_BYTES
 
     def visible_pairs(self) -> float:
         """(query, key) pairs the mask leaves visible; causal queries sit at the end of their request."""
@@ -78,7 +80,7 @@ class Shape:
 
     def flops(self) -> float:
         """Unmasked FLOPs: Q K^T and P V, 2 FLOPs a multiply-add each (causal counts only the visible part)."""
-        return 4.0 * self.visible_pairs() * NUM_QO_HEADS * HEAD_DIM
+        return 4.0 * self.visible_pairs() * NUM_QO_HEADS * self.head_dim
 
     def metric(self) -> str:
         return "TB/s" if self.phase == "decode" else "TFLOP/s"
@@ -118,11 +120,15 @@ class Shape:
         return []
 
     def attnkit_bench_args(self, tool_has_requests: bool = False) -> Optional[List[str]]:
-        """`attnkit bench` options for this shape, or None where the tool has no way to say it
-        (uniform batches only, unless the tool takes --requests and --non-causal); a variant's
-        expressions (attnkit_variant_args) come last."""
+        """`attnkit bench` options for this shape (its page size and, where not 128, head dim
+        included), or None where the tool has no way to say it (uniform batches only, unless the
+        tool takes --requests and --non-causal); a variant's expressions (attnkit_variant_args)
+        come last."""
         args = self._attnkit_shape_args(tool_has_requests)
-        return None if args is None else args + self.attnkit_variant_args()
+        if args is None:
+            return None
+        dims = [] if self.head_dim == HEAD_DIM else ["--head-dim", str(self.head_dim)]
+        return args + ["--page-size", str(self.page_size)] + dims + self.attnkit_variant_args()
 
     def _attnkit_shape_args(self, tool_has_requests: bool) -> Optional[List[str]]:
         if tool_has_requests:
@@ -157,6 +163,14 @@ SHAPES: List[Shape] = [
     Shape("prefill full 1x16384", "prefill", [(0, 16384)], causal=False),
     Shape("prefill varlen causal 4x4096", "prefill", [(0, 4096)] * 4, causal=True),
     Shape("prefill varlen full 4x4096", "prefill", [(0, 4096)] * 4, causal=False),
+    # Pages of 64 slots (one TMA box a page where the kernel takes them whole), and head dims 64 / 256.
+    Shape("prefill causal 1x8192 page 64", "prefill", [(0, 8192)], causal=True, page_size=64),
+    Shape("prefill full 1x8192 page 64", "prefill", [(0, 8192)], causal=False, page_size=64),
+    Shape("prefill varlen causal 4x4096 page 64", "prefill", [(0, 4096)] * 4, causal=True, page_size=64),
+    Shape("prefill varlen full 4x4096 page 64", "prefill", [(0, 4096)] * 4, causal=False, page_size=64),
+    Shape("chunked prefill 2048 on 30720 page 64", "prefill", [(30720, 2048)], causal=True, page_size=64),
+    Shape("prefill full 1x8192 d64", "prefill", [(0, 8192)], causal=False, head_dim=64),
+    Shape("prefill full 1x8192 d256", "prefill", [(0, 8192)], causal=False, head_dim=256),
     # 16 prompts drawn from the Azure LLM 2023 conversation trace's ContextTokens
     # (random.Random(16).sample(rows, 16)), and one prompt of their total length to compare with.
     Shape("prefill azure 16 prompts", "prefill", [(0, n) for n in AZURE_CONV_16], causal=True),
