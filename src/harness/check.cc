@@ -2,6 +2,7 @@
 #include "harness/check.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <sstream>
 
@@ -49,6 +50,28 @@ KvCacheConfig cache_config(const CheckCase& c, Device device) {
   for (const auto& [p, n] : c.requests) pages += (p + n + c.page_size - 1) / c.page_size;
   cfg.num_pages = static_cast<int>(pages);
   return cfg;
+}
+
+// The LSE against the reference's, every row: an error of d in a row's LSE scales that row's
+// weight by e^d when partial states are merged, a relative error of about d in the merged output,
+// so it is held to the output's bound. A row that sees no key is -inf on both sides; a NaN (the
+// poison, a row not written) fails.
+void check_lse(const TensorView& got, const TensorView& want, int layer, int heads, CheckResult& result) {
+  const auto* g = got.as<const float>();
+  const auto* w = want.as<const float>();
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const bool both_empty = std::isinf(g[i]) && std::isinf(w[i]) && g[i] < 0 && w[i] < 0;
+    const double err = both_empty ? 0.0
+                       : std::isfinite(g[i]) && std::isfinite(w[i]) ? std::fabs(double{g[i]} - w[i])
+                                                                    : INFINITY;
+    if (err > result.lse_max_abs_err) {
+      result.lse_max_abs_err = err;
+      std::ostringstream os;
+      os << "worst LSE: layer " << layer << " token " << i / heads << " head " << i % heads << ": got " << g[i]
+         << ", reference " << w[i];
+      result.lse_message = os.str();
+    }
+  }
 }
 
 }  // namespace
@@ -138,13 +161,23 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
     v.upload();
     out.poison();
     ref_out.poison();
+    // Where the backend writes the LSE, it is checked too (poisoned first, every row).
+    Staged lse(caps.device, DType::f32, {n, s.num_qo_heads});
+    Staged ref_lse(Device::cpu, DType::f32, {n, s.num_qo_heads});
+    lse.poison();
+    ref_lse.poison();
     const TensorView no_v;
-    dut->forward(layer, q.dev(), k.dev(), s.is_mla() ? no_v : v.dev(), out.dev());
+    dut->forward(layer, q.dev(), k.dev(), s.is_mla() ? no_v : v.dev(), out.dev(),
+                 caps.lse ? lse.dev() : TensorView());
     dut->synchronize();
     out.download();
+    if (caps.lse) lse.download();
     // The reference reads exact f32 copies of the rounded inputs and writes f32: no rounding of its own.
     const Staged q32 = widen_to_f32(q), k32 = widen_to_f32(k), v32 = widen_to_f32(v);
-    ref->forward(layer, q32.host(), k32.host(), s.is_mla() ? no_v : v32.host(), ref_out.host());
+    ref->forward(layer, q32.host(), k32.host(), s.is_mla() ? no_v : v32.host(), ref_out.host(),
+                 caps.lse ? ref_lse.host() : TensorView());
+    if (caps.lse) check_lse(lse.host(), ref_lse.host(), layer, s.num_qo_heads, result);
+    result.lse_checked = caps.lse;
 
     // Every element, as written: a NaN (the poison) or an error over the bound fails.
     const Comparison cmp = compare(out.host(), ref_out.host());
@@ -159,7 +192,8 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
     result.max_abs_err = std::max(result.max_abs_err, cmp.max_abs_err);
     result.rel_err = std::max(result.rel_err, cmp.rel_err);
   }
-  result.passed = result.rel_err <= result.tolerance;
+  result.passed = result.rel_err <= result.tolerance && result.lse_max_abs_err <= result.tolerance;
+  if (result.rel_err <= result.tolerance && !result.passed) result.message = result.lse_message;
   return result;
 }
 

@@ -38,6 +38,9 @@ struct CheckResult {
   double rel_err = 0.0;         // max_abs_err / max |reference|
   double tolerance = 0.0;
   std::string message;          // on failure: the worst element, its index and both values
+  bool lse_checked = false;     // the backend writes the LSE (Capabilities::lse), and it was compared
+  double lse_max_abs_err = 0.0; // then max |lse - ref|, held to `tolerance`
+  std::string lse_message;      // the worst LSE row and both values
 };
 
 // The bound on max|out - ref| / max|ref| for a dtype pair (attnkit/compare.h).

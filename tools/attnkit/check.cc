@@ -73,8 +73,9 @@ std::function<int()> add_check(CLI::App& app) {
           ++skipped;
           continue;
         }
-        std::cout << std::scientific << std::setprecision(2) << "max abs " << r.max_abs_err << "  rel " << r.rel_err
-                  << " <= " << r.tolerance << std::defaultfloat << "  "
+        std::cout << std::scientific << std::setprecision(2) << "max abs " << r.max_abs_err << "  rel " << r.rel_err;
+        if (r.lse_checked) std::cout << "  lse " << r.lse_max_abs_err;
+        std::cout << " <= " << r.tolerance << std::defaultfloat << "  "
                   << (r.passed ? "PASS" : "FAIL") << '\n';
         if (!r.passed) std::cout << "    " << r.message << '\n';
         (r.passed ? passed : failed) += 1;
