@@ -12,6 +12,16 @@ using harness::fill_uniform;
 using harness::Staged;
 
 namespace {
+// A copy of host rows on `device` (the host view itself on the CPU).
+Staged on_device(Device device, const TensorView& host) {
+  std::vector<int64_t> shape;
+  for (int i = 0; i < host.rank; ++i) shape.push_back(host.dim(i));
+  Staged s(device, host.dtype, shape);
+  std::memcpy(s.host_data(), host.data, host.nbytes());
+  s.upload();
+  return s;
+}
+
 Staged random_bf16(std::vector<int64_t> shape, uint64_t seed, float lo, float hi) {
   Staged s(Device::cpu, DType::bf16, std::move(shape));
   fill_uniform(s.host(), seed, lo, hi);
@@ -42,9 +52,12 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
   cfg.num_pages = static_cast<int>(total_pages);  // a rank could hold every page
   layout = {
       .kind = c.kind, .num_ranks = c.num_ranks, .pages_per_run = c.pages_per_run, .rank_num_pages = cfg.num_pages};
+  device = Registry::global().get(c.backend).device;  // the ranks' caches; the reference's is on the host
+  KvCacheConfig rank_cfg = cfg;
+  rank_cfg.device = device;
   std::vector<PageAllocator*> allocators;
   for (int r = 0; r < c.num_ranks; ++r) {
-    caches.push_back(std::make_unique<KvCache>(cfg));
+    caches.push_back(std::make_unique<KvCache>(rank_cfg));
     caches.back()->allocator().shuffle(c.seed * 31 + static_cast<uint64_t>(r));  // page tables out of order
     allocators.push_back(&caches.back()->allocator());
   }
@@ -87,9 +100,11 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
         kr.insert(kr.end(), k.begin() + row * kv_heads * dk, k.begin() + (row + 1) * kv_heads * dk);
         vr.insert(vr.end(), v.begin() + row * kv_heads * dv, v.begin() + (row + 1) * kv_heads * dv);
       }
-      caches[r]->store(layer, TensorView(kr.data(), DType::f32, Device::cpu, {n, kv_heads, dk}),
-                       TensorView(vr.data(), DType::f32, Device::cpu, {n, kv_heads, dv}),
-                       TensorView(rank_slots[r].data(), DType::i64, Device::cpu, {n}));
+      const Staged k_r = on_device(device, TensorView(kr.data(), DType::f32, Device::cpu, {n, kv_heads, dk}));
+      const Staged v_r = on_device(device, TensorView(vr.data(), DType::f32, Device::cpu, {n, kv_heads, dv}));
+      const Staged slots_r = on_device(device, TensorView(rank_slots[r].data(), DType::i64, Device::cpu, {n}));
+      caches[r]->store(layer, k_r.dev(), v_r.dev(), slots_r.dev());
+      synchronize(device);
     }
   }
 
@@ -113,12 +128,16 @@ CpWorld::Step CpWorld::step() {
     ref_out.poison();
     ref->forward(layer, in.q32.host(), in.k32.host(), in.v32.host(), ref_out.host());
 
-    for (auto& rank : ranks) rank->attend(layer, in.q.host(), in.k.host(), in.v.host());
+    const Staged q = on_device(device, in.q.host()), k = on_device(device, in.k.host()),
+                 v = on_device(device, in.v.host());
+    for (auto& rank : ranks) rank->attend(layer, q.dev(), k.dev(), v.dev());
     std::vector<Staged> outs;
     for (int r = 0; r < c.num_ranks; ++r) {
-      outs.emplace_back(Device::cpu, DType::bf16, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
+      outs.emplace_back(device, DType::bf16, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
       outs.back().poison();
-      ranks[static_cast<size_t>(r)]->merge(outs.back().host());
+      ranks[static_cast<size_t>(r)]->merge(outs.back().dev());
+      synchronize(device);
+      outs.back().download();
     }
     const Comparison cmp = compare(outs[0].host(), ref_out.host());
     if (cmp.rel_err >= s.rel_err) {
@@ -140,8 +159,11 @@ std::vector<uint8_t> CpWorld::cache_bytes() const {
   for (const auto& cache : caches) {
     for (int layer = 0; layer < c.num_layers; ++layer) {
       for (const TensorView& pool : {cache->k_pool_view(layer), cache->v_pool_view(layer)}) {
-        const auto* p = static_cast<const uint8_t*>(pool.data);
-        bytes.insert(bytes.end(), p, p + pool.nbytes());
+        const auto nbytes = static_cast<int64_t>(pool.nbytes());
+        std::vector<uint8_t> host(static_cast<size_t>(nbytes));
+        copy(TensorView(host.data(), DType::u8, Device::cpu, {nbytes}),
+             TensorView(pool.data, DType::u8, pool.device, {nbytes}));
+        bytes.insert(bytes.end(), host.begin(), host.end());
       }
     }
   }

@@ -54,6 +54,7 @@ class CpWorld {
   CpCase c;
   ModelSpec model;
   ShareLayout layout;
+  Device device = Device::cpu;  // the backend's: where the ranks' caches, inputs and outputs live
   std::vector<std::unique_ptr<KvCache>> caches;  // [num_ranks]
   std::unique_ptr<ShardedPageTables> tables;
   ForwardBatch global;

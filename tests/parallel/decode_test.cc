@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "cp_testing.h"
+#include "gpu_test.h"
 #include "param_name.h"
 
 namespace attnkit {
@@ -69,6 +70,28 @@ TEST(ContextParallelDecode, Llama3HeadsOnTheCpuBackend) {
     c.num_layers = 1;
     c.label = kind == ShareKind::contiguous ? "llama3 heads contiguous" : "llama3 heads interleaved";
     expect_matches_reference(c);
+  }
+}
+
+// On one GPU: the ranks' shares run one after another on `planned` (its decode kernel writes the
+// LSE), llama3-8b heads, long enough histories that the kernel splits them; the partial outputs are
+// bf16 (planned takes bf16 q), one more rounding than on the CPU backends, within the same bound.
+TEST(ContextParallelDecode, PlannedRanksOnOneGpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
+    for (const int ranks : {2, 3}) {
+      CpCase c;
+      c.backend = "planned";
+      c.spec = AttentionSpec::dense(32, 8, 128);
+      c.num_ranks = ranks;
+      c.kind = kind;
+      c.pages_per_run = 4;
+      c.page_size = 16;
+      c.kv_lens = {4097, 301, 17, 1};
+      c.label = "planned " + std::to_string(ranks) + " ranks " +
+                (kind == ShareKind::contiguous ? "contiguous" : "interleaved");
+      expect_matches_reference(c);
+    }
   }
 }
 

@@ -40,6 +40,7 @@ Capabilities capabilities() {
   c.min_page_size = Support::min_page_size;
   c.max_page_size = Support::max_page_size;
   c.cuda_graph = true;
+  c.lse = true;  // both kernels write it where asked (context parallelism merges partial states)
   return c;  // MLA off; every other feature on
 }
 

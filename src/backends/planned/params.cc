@@ -30,7 +30,7 @@ planned::PrefillParams PlannedBackend::prefill_params(int layer, const TensorVie
   static_cast<planned::BatchArrays&>(pre) = batch_arrays(layer);
   pre.q = q.data;
   pre.out = out.data;
-  pre.lse = nullptr;
+  pre.lse = lse_output().empty() ? nullptr : lse_output().as<float>();
   pre.k_pool = cache().k_pool(layer);
   pre.v_pool = cache().v_pool(layer);
   pre.work = arena.device<planned::PrefillWorkItem>(l.prefill_items);
@@ -54,6 +54,7 @@ planned::DecodeParams PlannedBackend::decode_params(int layer, const TensorView&
   static_cast<planned::BatchArrays&>(dec) = batch_arrays(layer);
   dec.q = q.data;
   dec.out = out.data;
+  dec.lse = lse_output().empty() ? nullptr : lse_output().as<float>();
   dec.k_pool = cache().k_pool(layer);
   dec.v_pool = cache().v_pool(layer);
   dec.cta_item_indptr = arena.device<int32_t>(l.cta_item_indptr[var]);

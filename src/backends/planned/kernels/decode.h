@@ -79,6 +79,7 @@ struct DecodeParams : LayerParams, BatchArrays {
   const void* new_k = nullptr;
   const void* new_v = nullptr;
   const int64_t* out_cache_loc = nullptr;  // [num_tokens], with new_k
+  float* lse = nullptr;  // [num_tokens, num_qo_heads] natural log, sinks excluded, -inf for no key; null: not wanted
 
   // The plan (device), for num_kv_heads / head_reps KV heads on num_ctas / head_reps CTAs: every KV
   // head of a request has the same history, so one share of the heads has the same plan as any

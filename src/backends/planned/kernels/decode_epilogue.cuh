@@ -69,6 +69,10 @@ __device__ __forceinline__ void write_item(const DecodeCta& cta, const DecodeScr
       *reinterpret_cast<float4*>(p.partial_o + row * kD + d) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
       if (d == 0) p.partial_lse[row] = m_max == -INFINITY ? -INFINITY : (m_max + __log2f(l_sum)) * kLn2;
     } else {
+      if (p.lse != nullptr && d == 0) {
+        p.lse[int64_t{it.token_idx} * p.num_qo_heads + head0 + r] =
+            m_max == -INFINITY ? -INFINITY : (m_max + __log2f(l_sum)) * kLn2;
+      }
       // The sink joins the denominator only, and only where some key was visible.
       if (p.sinks != nullptr && m_max != -INFINITY) l_sum += tile::fast_exp2(p.sinks[head0 + r] * kLog2e - m_max);
       const float inv = l_sum > 0.0f ? p.v_scale / l_sum : 0.0f;

@@ -47,11 +47,14 @@ struct JoinState {
 };
 
 // The output row quad of a finished join: normalised, the sink in the denominator only, zeros
-// where every chunk was empty.
+// where every chunk was empty; and the row's LSE where asked (sinks excluded).
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void write_joined(const DecodeParams& p, const DecodeMergeItem& m, int r, int d,
                                              JoinState st) {
   const int head = m.qo_head_begin + r;
+  if (p.lse != nullptr && d == 0) {
+    p.lse[int64_t{m.token_idx} * p.num_qo_heads + head] = st.l > 0.0f ? st.m + __logf(st.l) : -INFINITY;
+  }
   if (p.sinks != nullptr && st.m != -INFINITY) st.l += __expf(p.sinks[head] - st.m);
   const float inv = st.l > 0.0f ? 1.0f / st.l : 0.0f;
   T* g_out = static_cast<T*>(p.out) + (int64_t{m.token_idx} * p.num_qo_heads + head) * kHeadDim + d;
