@@ -11,6 +11,7 @@
 #include "attnkit/context_parallel.h"
 #include "attnkit/registry.h"
 #include "cp_testing.h"
+#include "gpu_test.h"
 #include "harness/device_copy.h"
 #include "param_name.h"
 
@@ -30,15 +31,23 @@ struct PrefillCase {
   int num_layers = 2;
 };
 
-// Rows `rows` of a host array of [*, heads, dim] values.
-Staged gather(const Staged& src, const std::vector<int32_t>& rows, int64_t heads, int64_t dim) {
-  Staged out(Device::cpu, src.host().dtype, {static_cast<int64_t>(rows.size()), heads, dim});
+// Rows `rows` of a host array of [*, heads, dim] values, staged for `device` (uploaded).
+Staged gather(const Staged& src, const std::vector<int32_t>& rows, int64_t heads, int64_t dim,
+              Device device = Device::cpu) {
+  Staged out(device, src.host().dtype, {static_cast<int64_t>(rows.size()), heads, dim});
   const size_t row_bytes = static_cast<size_t>(heads * dim) * dtype_size(src.host().dtype);
   for (size_t x = 0; x < rows.size(); ++x) {
     std::memcpy(static_cast<uint8_t*>(out.host_data()) + x * row_bytes,
                 static_cast<const uint8_t*>(src.host().data) + static_cast<size_t>(rows[x]) * row_bytes, row_bytes);
   }
+  out.upload();
   return out;
+}
+
+std::vector<int32_t> all_rows(int64_t n) {
+  std::vector<int32_t> rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  return rows;
 }
 
 // Runs the prefill on every rank and then one decode step, each against the reference; returns
@@ -59,10 +68,13 @@ double run_prefill_then_decode(const PrefillCase& c, std::string* message) {
   cfg.num_pages = static_cast<int>(pages);
   const ShareLayout layout{
       .kind = c.kind, .num_ranks = c.num_ranks, .pages_per_run = 2, .rank_num_pages = cfg.num_pages};
+  const Device device = Registry::global().get(c.backend).device;  // the ranks'; the reference's is the host
+  KvCacheConfig rank_cfg = cfg;
+  rank_cfg.device = device;
   std::vector<std::unique_ptr<KvCache>> caches;
   std::vector<PageAllocator*> allocators;
   for (int r = 0; r < c.num_ranks; ++r) {
-    caches.push_back(std::make_unique<KvCache>(cfg));
+    caches.push_back(std::make_unique<KvCache>(rank_cfg));
     caches.back()->allocator().shuffle(77 + static_cast<uint64_t>(r));
     allocators.push_back(&caches.back()->allocator());
   }
@@ -97,16 +109,18 @@ double run_prefill_then_decode(const PrefillCase& c, std::string* message) {
     std::vector<Staged> qs, ks, vs;
     for (int r = 0; r < c.num_ranks; ++r) {
       const std::vector<int32_t>& rows = ranks[static_cast<size_t>(r)]->rows();
-      qs.push_back(gather(in.q, rows, s.num_qo_heads, s.head_dim_qk));
-      ks.push_back(gather(in.k, rows, s.num_kv_heads, s.head_dim_qk));
-      vs.push_back(gather(in.v, rows, s.num_kv_heads, s.head_dim_vo));
-      ranks[static_cast<size_t>(r)]->exchange(layer, qs.back().host(), ks.back().host(), vs.back().host());
+      qs.push_back(gather(in.q, rows, s.num_qo_heads, s.head_dim_qk, device));
+      ks.push_back(gather(in.k, rows, s.num_kv_heads, s.head_dim_qk, device));
+      vs.push_back(gather(in.v, rows, s.num_kv_heads, s.head_dim_vo, device));
+      ranks[static_cast<size_t>(r)]->exchange(layer, qs.back().dev(), ks.back().dev(), vs.back().dev());
     }
     for (int r = 0; r < c.num_ranks; ++r) {
       const std::vector<int32_t>& rows = ranks[static_cast<size_t>(r)]->rows();
-      Staged out(Device::cpu, DType::bf16, {static_cast<int64_t>(rows.size()), s.num_qo_heads, s.head_dim_vo});
+      Staged out(device, DType::bf16, {static_cast<int64_t>(rows.size()), s.num_qo_heads, s.head_dim_vo});
       out.poison();
-      ranks[static_cast<size_t>(r)]->attend(out.host());
+      ranks[static_cast<size_t>(r)]->attend(out.dev());
+      synchronize(device);
+      out.download();
       note(compare(out.host(), gather(ref_out, rows, s.num_qo_heads, s.head_dim_vo).host()),
            "prefill layer " + std::to_string(layer) + " rank " + std::to_string(r));
     }
@@ -134,12 +148,18 @@ double run_prefill_then_decode(const PrefillCase& c, std::string* message) {
     const cp_testing::LayerInputs in(s, b, 200 + static_cast<uint64_t>(layer) * 3);
     Staged ref_out(Device::cpu, DType::f32, {b, s.num_qo_heads, s.head_dim_vo});
     ref->forward(layer, in.q32.host(), in.k32.host(), in.v32.host(), ref_out.host());
-    for (auto& d : decoders) d->attend(layer, in.q.host(), in.k.host(), in.v.host());
-    Staged out(Device::cpu, DType::bf16, {b, s.num_qo_heads, s.head_dim_vo});
+    const std::vector<int32_t> rows = all_rows(b);
+    const Staged q = gather(in.q, rows, s.num_qo_heads, s.head_dim_qk, device);
+    const Staged k = gather(in.k, rows, s.num_kv_heads, s.head_dim_qk, device);
+    const Staged v = gather(in.v, rows, s.num_kv_heads, s.head_dim_vo, device);
+    for (auto& d : decoders) d->attend(layer, q.dev(), k.dev(), v.dev());
+    Staged out(device, DType::bf16, {b, s.num_qo_heads, s.head_dim_vo});
     for (auto& d : decoders) {
       out.poison();
-      d->merge(out.host());
+      d->merge(out.dev());
     }
+    synchronize(device);
+    out.download();
     note(compare(out.host(), ref_out.host()), "decode after prefill layer " + std::to_string(layer));
   }
   return worst;
@@ -180,6 +200,25 @@ TEST(ContextParallelPrefill, Llama3Heads) {
   c.num_layers = 1;
   std::string message;
   EXPECT_LE(run_prefill_then_decode(c, &message), default_tolerance(DType::bf16, DType::bf16)) << message;
+}
+
+// On one GPU: planned's extend and decode kernels as the ranks (they write the LSE), llama3-8b
+// heads, a prompt long enough for whole KV tiles on every rank.
+TEST(ContextParallelPrefill, PlannedRanksOnOneGpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
+    PrefillCase c;
+    c.backend = "planned";
+    c.spec = AttentionSpec::dense(32, 8, 128);
+    c.num_ranks = 2;
+    c.kind = kind;
+    c.page_size = 16;
+    c.prompt_lens = {1000, 37};
+    c.num_layers = 1;
+    std::string message;
+    EXPECT_LE(run_prefill_then_decode(c, &message), default_tolerance(DType::bf16, DType::bf16))
+        << label(c) << ": " << message;
+  }
 }
 
 TEST(ContextParallelPrefill, RanksWhoseChunksAreAllEmpty) {
