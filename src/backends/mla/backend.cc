@@ -128,6 +128,7 @@ void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
   static_cast<LayerParams&>(p) = layer_params(layer);
   p.q = q.data;
   p.out = out.data;
+  p.lse = lse_output().empty() ? nullptr : lse_output().as<float>();
   p.counts = reinterpret_cast<const int32_t*>(base);
   p.work = reinterpret_cast<const mla::WorkItem*>(base + l.work);
   p.merges = reinterpret_cast<const mla::MergeItem*>(base + l.merges);

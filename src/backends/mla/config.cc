@@ -48,6 +48,7 @@ Capabilities capabilities() {
   c.sinks = false;
   c.custom_mask = false;
   c.cuda_graph = true;  // decode, within init_cuda_graph_state's bounds
+  c.lse = true;         // every kernel and the combine write it where asked
   return c;
 }
 

@@ -42,6 +42,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttendPa
     total += wgt;
   }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  // total is the splits' weights relative to exp(lse_max): the row's LSE is lse_max + log(total).
+  if (p.lse != nullptr && threadIdx.x == 0) {
+    p.lse[int64_t{mi.q_row0} + r] = total > 0.0f ? lse_max + logf(total) : -INFINITY;
+  }
   __nv_bfloat16* g_o = static_cast<__nv_bfloat16*>(p.out) + (int64_t{mi.q_row0} + r) * kHeadDimVo + c;
   reinterpret_cast<__nv_bfloat162*>(g_o)[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
   reinterpret_cast<__nv_bfloat162*>(g_o)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);

@@ -34,6 +34,7 @@ struct AttendParams : LayerParams {
   const int32_t* page_indices = nullptr;  // the batch's kv_page_indices, on the device
   float* partial_o = nullptr;    // [num_partials, 64, 512]: split items' normalised rows
   float* partial_lse = nullptr;  // [num_partials, 64] natural log
+  float* lse = nullptr;          // [num_tokens * num_qo_heads] natural log, -inf for no key; null: not wanted
   const MergeItem* merges = nullptr;
   int num_merges = 0;     // the combine's grid: merges, or a bound on them
   int tile_rows = kTileRows;  // the plan's row tile: picks the kernel

@@ -260,6 +260,8 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       if (wg == 0 && lane % 4 == 0)
         p.partial_lse[int64_t{w.partial} * kTileRows + r] = total > 0.0f ? (m[h] + log2f(total)) * RowWindow::kLn2 : -INFINITY;
     } else {
+      if (p.lse != nullptr && wg == 0 && lane % 4 == 0)
+        p.lse[int64_t{w.q_row0} + r] = total > 0.0f ? (m[h] + log2f(total)) * RowWindow::kLn2 : -INFINITY;
       __nv_bfloat16* g_o =
           static_cast<__nv_bfloat16*>(p.out) + (int64_t{w.q_row0} + r) * kHeadDimVo + wg * 256 + 2 * (lane % 4);
 #pragma unroll

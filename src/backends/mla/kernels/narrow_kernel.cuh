@@ -257,13 +257,17 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
       g_o[1] = __floats2bfloat162_rn(v.z, v.w);
     }
   }
-  if (split && warp == 0 && lane < 4) {
+  if ((split || p.lse != nullptr) && warp == 0 && lane < 4) {
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int col = 8 * (c / 2) + 2 * lane + c % 2;
       if (col < w.rows) {
-        p.partial_lse[int64_t{w.partial} * kTileRows + col] =
-            sum[c] > 0.0f ? (m[c] + log2f(sum[c])) * RowWindow::kLn2 : -INFINITY;
+        const float lse = sum[c] > 0.0f ? (m[c] + log2f(sum[c])) * RowWindow::kLn2 : -INFINITY;
+        if (split) {
+          p.partial_lse[int64_t{w.partial} * kTileRows + col] = lse;
+        } else {
+          p.lse[int64_t{w.q_row0} + col] = lse;
+        }
       }
     }
   }
