@@ -93,7 +93,7 @@ std::string ContextParallelAttention::why_not(const std::string& backend) {
 
 ContextParallelAttention::ContextParallelAttention(const ModelSpec& model, const std::string& backend,
                                                    const std::vector<KvCache*>& caches, const ShareLayout& layout)
-    : model_(model), layout_(layout), group_(layout.num_ranks) {
+    : group_(layout.num_ranks) {
   const std::string why = why_not(backend);
   ATTNKIT_CHECK(why.empty(), "replay --cp: ", why);
   ATTNKIT_CHECK(static_cast<int>(caches.size()) == layout.num_ranks, "replay --cp: ", layout.num_ranks,

@@ -38,8 +38,6 @@ class ContextParallelAttention final : public LayerAttention {
   void run_decode(int layer, Part& part);
   void run_prefill(int layer, Part& part);
 
-  const ModelSpec& model_;
-  ShareLayout layout_;
   InProcessGroup group_;
   std::vector<std::unique_ptr<AttentionBackend>> backends_;       // [rank] decode: over the rank's cache
   std::vector<std::unique_ptr<ContextParallelDecode>> decode_;    // [rank]
