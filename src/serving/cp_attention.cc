@@ -32,39 +32,64 @@ ForwardBatch sub_batch(const ForwardBatch& global, const std::vector<int>& reque
   return b;
 }
 
-// Rows of [heads, dim] values, copied in by row index lists and out again.
+// Rows of [heads, dim] values on the host, mirrored on the ranks' device where that is a GPU: filled
+// from index lists of host rows, handed to the ranks as device views, and read back.
 struct Rows {
-  std::vector<uint8_t> bytes;
-  int64_t row_bytes = 0;
-  TensorView like;  // dtype and [heads, dim] of the step's tensor
+  Device device = Device::cpu;
+  DType dtype = DType::f32;
+  int64_t heads = 0, dim = 0, num_rows = 0, row_bytes = 0;
+  std::vector<uint8_t> host;
+  Buffer dev;
 
-  void reset(const TensorView& t, int64_t num_rows) {
-    like = t;
-    row_bytes = t.empty() ? 0 : t.dim(1) * t.dim(2) * static_cast<int64_t>(dtype_size(t.dtype));
-    bytes.resize(static_cast<size_t>(num_rows * row_bytes));
+  // Shaped as `like` ([*, heads, dim], any device), num_rows rows; `like` empty: no rows (MLA's v).
+  void reset(const TensorView& like, int64_t rows, Device on) {
+    device = on;
+    num_rows = like.empty() ? 0 : rows;
+    row_bytes = 0;
+    if (like.empty()) return;
+    dtype = like.dtype;
+    heads = like.dim(1);
+    dim = like.dim(2);
+    row_bytes = heads * dim * static_cast<int64_t>(dtype_size(dtype));
+    host.resize(static_cast<size_t>(num_rows * row_bytes));
+    if (device != Device::cpu && dev.nbytes() < host.size()) dev = Buffer(device, host.size());
   }
-  TensorView view(int64_t first, int64_t num_rows) {
-    if (like.empty()) return TensorView();
-    return TensorView(bytes.data() + first * row_bytes, like.dtype, Device::cpu, {num_rows, like.dim(1), like.dim(2)});
+  // The rows where the ranks read and write them.
+  TensorView view() {
+    if (row_bytes == 0) return TensorView();
+    void* data = device == Device::cpu ? static_cast<void*>(host.data()) : dev.data();
+    return TensorView(data, dtype, device, {num_rows, heads, dim});
   }
-  // this[dst_row0 + j] = src[rows[j]]
-  void gather(const TensorView& src, const std::vector<int32_t>& rows, int64_t dst_row0) {
-    if (src.empty()) return;
-    const auto* s = static_cast<const uint8_t*>(src.data);
+  // this[j] = src[rows[j]] (src: host bytes of rows like these), then onto the device.
+  void gather(const uint8_t* src, const std::vector<int32_t>& rows) {
+    if (row_bytes == 0) return;
     for (size_t j = 0; j < rows.size(); ++j) {
-      std::memcpy(bytes.data() + (dst_row0 + static_cast<int64_t>(j)) * row_bytes, s + rows[j] * row_bytes,
+      std::memcpy(host.data() + static_cast<int64_t>(j) * row_bytes, src + rows[j] * row_bytes,
                   static_cast<size_t>(row_bytes));
     }
+    if (device != Device::cpu && !host.empty()) dev.copy_from_host(host.data(), host.size());
   }
-  // dst[rows[j]] = this[src_row0 + j]
-  void scatter(const TensorView& dst, const std::vector<int32_t>& rows, int64_t src_row0) const {
-    auto* d = static_cast<uint8_t*>(dst.data);
+  // What the ranks wrote on the device, back to the host.
+  void pull() {
+    if (device != Device::cpu && !host.empty()) dev.copy_to_host(host.data(), host.size());
+  }
+  // dst[rows[j]] = this[j] on the host (dst: host bytes of rows like these).
+  void scatter(uint8_t* dst, const std::vector<int32_t>& rows) const {
     for (size_t j = 0; j < rows.size(); ++j) {
-      std::memcpy(d + rows[j] * row_bytes, bytes.data() + (src_row0 + static_cast<int64_t>(j)) * row_bytes,
+      std::memcpy(dst + rows[j] * row_bytes, host.data() + static_cast<int64_t>(j) * row_bytes,
                   static_cast<size_t>(row_bytes));
     }
   }
 };
+
+// A step tensor's bytes on the host: the tensor itself on the CPU, else a copy.
+const uint8_t* host_bytes(const TensorView& t, std::vector<uint8_t>& copy_of) {
+  if (t.empty() || t.device == Device::cpu) return static_cast<const uint8_t*>(t.data);
+  copy_of.resize(t.nbytes());
+  copy(TensorView(copy_of.data(), DType::u8, Device::cpu, {static_cast<int64_t>(t.nbytes())}),
+       TensorView(t.data, DType::u8, t.device, {static_cast<int64_t>(t.nbytes())}));
+  return copy_of.data();
+}
 
 }  // namespace
 
@@ -82,18 +107,13 @@ std::string ContextParallelAttention::why_not(const std::string& backend) {
     const std::string why = info.why_unavailable();
     if (!why.empty()) return why;
   }
-  const Capabilities caps = info.capabilities();
-  if (caps.device != Device::cpu) {
-    return backend + " runs on a GPU: a group in one process runs CPU backends (one rank a GPU needs a process or "
-                     "thread a GPU over NCCL)";
-  }
-  if (!caps.lse) return backend + " does not return the LSE that merging the ranks' partial outputs needs";
+  if (!info.capabilities().lse) return backend + " does not return the LSE that merging the ranks' partial outputs needs";
   return {};
 }
 
 ContextParallelAttention::ContextParallelAttention(const ModelSpec& model, const std::string& backend,
                                                    const std::vector<KvCache*>& caches, const ShareLayout& layout)
-    : group_(layout.num_ranks) {
+    : device_(Registry::global().get(backend).device), group_(layout.num_ranks) {
   const std::string why = why_not(backend);
   ATTNKIT_CHECK(why.empty(), "replay --cp: ", why);
   ATTNKIT_CHECK(static_cast<int>(caches.size()) == layout.num_ranks, "replay --cp: ", layout.num_ranks,
@@ -109,6 +129,8 @@ ContextParallelAttention::ContextParallelAttention(const ModelSpec& model, const
 }
 
 ContextParallelAttention::~ContextParallelAttention() = default;
+
+void ContextParallelAttention::synchronize() { attnkit::synchronize(device_); }
 
 void ContextParallelAttention::plan(const ForwardBatch& batch) {
   std::vector<int> decodes, prompts;
@@ -135,56 +157,63 @@ void ContextParallelAttention::plan(const ForwardBatch& batch) {
 
 void ContextParallelAttention::forward(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
                                        const TensorView& out) {
+  // The step's rows on the host (copies where they are on a GPU); the output is put together there.
+  const uint8_t* q_host = host_bytes(q, q_host_);
+  const uint8_t* k_host = host_bytes(k, k_host_);
+  const uint8_t* v_host = host_bytes(v, v_host_);
+  out_host_.resize(out.device == Device::cpu ? 0 : out.nbytes());
+  uint8_t* out_bytes = out.device == Device::cpu ? static_cast<uint8_t*>(out.data) : out_host_.data();
   for (Part* part : {decode_part_.get(), prefill_part_.get()}) {
     if (part->empty()) continue;
     const int64_t n = part->batch.num_tokens();
-    part->q.reset(q, n);
-    part->k.reset(k, n);
-    part->v.reset(v, n);
-    part->out.reset(out, n);
-    part->q.gather(q, part->step_rows, 0);
-    part->k.gather(k, part->step_rows, 0);
-    part->v.gather(v, part->step_rows, 0);
+    part->q.reset(q, n, device_);
+    part->k.reset(k, n, device_);
+    part->v.reset(v, n, device_);
+    part->out.reset(out, n, device_);
+    part->q.gather(q_host, part->step_rows);
+    part->k.gather(k_host, part->step_rows);
+    part->v.gather(v_host, part->step_rows);
     if (part == decode_part_.get()) {
       run_decode(layer, *part);
     } else {
       run_prefill(layer, *part);
     }
-    part->out.scatter(out, part->step_rows, 0);
+    part->out.scatter(out_bytes, part->step_rows);  // every row of the step is in one part
+  }
+  if (out.device != Device::cpu) {
+    copy(TensorView(out.data, DType::u8, out.device, {static_cast<int64_t>(out.nbytes())}),
+         TensorView(out_host_.data(), DType::u8, Device::cpu, {static_cast<int64_t>(out.nbytes())}));
   }
 }
 
 void ContextParallelAttention::run_decode(int layer, Part& part) {
-  const int64_t n = part.batch.num_tokens();
-  for (auto& rank : decode_) rank->attend(layer, part.q.view(0, n), part.k.view(0, n), part.v.view(0, n));
+  for (auto& rank : decode_) rank->attend(layer, part.q.view(), part.k.view(), part.v.view());
   // Every rank merges the same gathered states into the same output; rank 0's is kept.
   part.rank_out.resize(1);
-  part.rank_out[0].reset(part.out.like, n);
-  for (size_t r = 0; r < decode_.size(); ++r) decode_[r]->merge((r == 0 ? part.out : part.rank_out[0]).view(0, n));
+  part.rank_out[0].reset(part.out.view(), part.out.num_rows, device_);
+  for (size_t r = 0; r < decode_.size(); ++r) decode_[r]->merge((r == 0 ? part.out : part.rank_out[0]).view());
+  part.out.pull();
 }
 
 void ContextParallelAttention::run_prefill(int layer, Part& part) {
-  // Each rank's zig-zag rows, gathered from the part's rows: q, k and v side by side in one Rows each.
+  // Each rank's zig-zag rows of the part's q, k and v, and of its output.
   const size_t ranks = prefill_.size();
   std::vector<Rows> q(ranks), k(ranks), v(ranks);
   part.rank_out.resize(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     const std::vector<int32_t>& rows = prefill_[r]->rows();
     const auto m = static_cast<int64_t>(rows.size());
-    const int64_t n = part.batch.num_tokens();
-    q[r].reset(part.q.view(0, n), m);
-    k[r].reset(part.k.view(0, n), m);
-    v[r].reset(part.v.view(0, n), m);
-    q[r].gather(part.q.view(0, n), rows, 0);
-    k[r].gather(part.k.view(0, n), rows, 0);
-    v[r].gather(part.v.view(0, n), rows, 0);
-    part.rank_out[r].reset(part.out.view(0, n), m);
-    prefill_[r]->exchange(layer, q[r].view(0, m), k[r].view(0, m), v[r].view(0, m));
+    for (auto [mine, whole] : {std::pair{&q[r], &part.q}, std::pair{&k[r], &part.k}, std::pair{&v[r], &part.v}}) {
+      mine->reset(whole->view(), m, device_);
+      mine->gather(whole->host.data(), rows);
+    }
+    part.rank_out[r].reset(part.out.view(), m, device_);
+    prefill_[r]->exchange(layer, q[r].view(), k[r].view(), v[r].view());
   }
   for (size_t r = 0; r < ranks; ++r) {
-    const auto m = static_cast<int64_t>(prefill_[r]->rows().size());
-    prefill_[r]->attend(part.rank_out[r].view(0, m));
-    part.rank_out[r].scatter(part.out.view(0, part.batch.num_tokens()), prefill_[r]->rows(), 0);
+    prefill_[r]->attend(part.rank_out[r].view());
+    part.rank_out[r].pull();
+    part.rank_out[r].scatter(part.out.host.data(), prefill_[r]->rows());
   }
 }
 

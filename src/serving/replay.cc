@@ -98,7 +98,8 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
 
   const double page_bytes =
       static_cast<double>(cfg.k_slot_bytes() + cfg.v_slot_bytes()) * cfg.page_size * cfg.num_layers;
-  const double kv_memory = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : default_kv_memory_bytes(cfg.device);
+  // Under --cp the memory is a rank's; the default is shared by the ranks of one device.
+  const double kv_memory = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : default_kv_memory_bytes(cfg.device) / o.cp_ranks;
   ATTNKIT_CHECK(o.kv_pages == 0 || o.kv_pages >= 2, "replay: kv_pages must be >= 2 (or 0: from the KV memory), got ",
                 o.kv_pages);
   cfg.num_pages = static_cast<int>(o.kv_pages > 0 ? o.kv_pages : static_cast<int64_t>(kv_memory / page_bytes));
@@ -139,8 +140,8 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   }
   Scheduler scheduler(trace, *pool, sched);
   const int max_tokens = static_cast<int>(o.scheduler.token_budget);
-  StepRunner runner(model, *attention, cfg.device, o.dtype, max_tokens, o.gemms && cfg.device == Device::cuda,
-                    o.seed);
+  StepRunner runner(model, *attention, cfg.device, o.dtype, max_tokens,
+                    o.gemms && cfg.device == Device::cuda && !cp, o.seed);
   r.gemms = runner.gemms();
   r.weight_bytes = static_cast<double>(runner.weight_bytes());
   std::unique_ptr<StepVerifier> verifier;

@@ -34,9 +34,10 @@ struct ReplayOptions {
   int verify_every = 64;          // a step is checked when step % verify_every == 0, or is its mode's first
   int verify_max = 8;             // at most this many checked steps
   uint64_t seed = 1;
-  // Context parallelism: > 1 runs that many ranks in this process (CPU backends), each with its
-  // own cache of the KV memory above holding a share of every request's pages; prompts then run
-  // whole (SchedulerConfig::chunked_prefill off) and the layer GEMMs are off.
+  // Context parallelism: > 1 runs that many ranks in this process, one after another on the
+  // backend's device, each with its own cache of the KV memory above (by default the device's
+  // default shared out) holding a share of every request's pages; prompts then run whole
+  // (SchedulerConfig::chunked_prefill off) and the layer GEMMs are off.
   int cp_ranks = 1;
   ShareKind cp_share = ShareKind::interleaved;
   int cp_pages_per_run = 16;      // ShareKind::contiguous: pages a run

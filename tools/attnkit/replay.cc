@@ -200,7 +200,8 @@ std::function<int()> add_replay(CLI::App& app) {
                 "No progress on stderr (else a bar on a terminal, a line every 10 s into a file or pipe)");
   cmd->add_option("--cp", o->cp,
                   "Context parallelism: ranks, each with its own cache (--kv-memory a rank) holding a share of "
-                  "every request's pages, run one after another in this process (CPU backends); prompts run whole")
+                  "every request's pages, run one after another in this process on the backend's device; prompts "
+                  "run whole")
       ->check(whole_number(1, 64));
   cmd->add_option("--cp-share", o->cp_share, "How --cp shares a request's pages: interleaved or contiguous runs")
       ->check(CLI::IsMember({"interleaved", "contiguous"}));
