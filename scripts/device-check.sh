@@ -118,6 +118,16 @@ if [[ $run_check == 1 ]]; then
   done
 fi
 
+if [[ $run_check == 1 && " $gpu_backends " == *" planned "* ]]; then
+  # Context parallelism on one GPU: 2 ranks of planned one after another, each holding a share of
+  # every request, checked against reference over the whole history.
+  section "replay --cp 2 (planned, one GPU)"
+  line=$(timeout 300 "$tool" replay --backend planned --cp 2 --layers 2 --max-requests 24 --max-context 4096 \
+    --speed 100 --verify --verify-every 8 --no-progress 2>&1 | tee "$out/replay-cp.log" | grep -E "peak KV a rank|FAILED" |
+    head -2 | paste -sd' ')
+  if grep -q "no KV page leaked" "$out/replay-cp.log"; then note "replay --cp 2: ok; $line"; else note "replay --cp 2: FAILED"; fi
+fi
+
 if [[ $run_mla == 1 && $run_check == 1 ]]; then
   section "mla check (deepseek-v3, 16 and 128 heads)"
   for h in 16 128; do
