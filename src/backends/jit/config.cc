@@ -11,7 +11,7 @@ std::vector<TileConfig> tile_candidates(const KernelKey& key, bool decode) {
   // enough bytes in flight. Prefill reuses each tile over the block's rows: two row tiles a warp
   // halve the shared-memory reads a product needs, which bound it.
   const std::vector<TileConfig> all =
-      decode ? std::vector<TileConfig>{{64, 1, 4, 1, 4}, {64, 1, 4, 1, 2}, {128, 1, 4, 1, 3}, {32, 1, 2, 1, 4}, {128, 1, 4, 1, 2}}
+      decode ? std::vector<TileConfig>{{64, 1, 4, 1, 4}, {64, 1, 4, 1, 2}, {64, 1, 4, 1, 3}, {128, 1, 4, 1, 3}, {32, 1, 2, 1, 4}, {128, 1, 4, 1, 2}}
              : std::vector<TileConfig>{{64, 4, 1, 2, 2}, {32, 4, 1, 2, 3}, {64, 4, 1, 1, 3}, {64, 8, 1, 1, 2}, {128, 4, 1, 1, 2}};
   std::vector<TileConfig> fit;
   for (const TileConfig& t : all) {

@@ -101,6 +101,15 @@ std::string render_mma_tile(const KernelKey& key) {
   replace_all(s, "$M_TILES", std::to_string(t.m_tiles));
   replace_all(s, "$STAGES", std::to_string(t.stages));
   replace_all(s, "$SMEM_BYTES", std::to_string(mma_tile_smem_bytes(key)));
+  // Decode tiles: the CTAs an SM holds by shared memory (sm_90: 228 KiB, 1 KiB reserved a CTA), at
+  // most as many as leave a thread 168 registers; ptxas fits its registers to that many (n64 s2: 3
+  // CTAs at 166 registers, where unbounded it took 228 and 2). Prefill tiles keep their
+  // accumulators (no bound: a bound spills them).
+  constexpr size_t kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024, kRegsPerSm = 65536, kMinRegsPerThread = 168;
+  const size_t by_smem = kSmemPerSm / (mma_tile_smem_bytes(key) + kSmemReservedPerCta);
+  const size_t by_regs = kRegsPerSm / (kMinRegsPerThread * static_cast<size_t>(t.threads()));
+  const size_t min_ctas = t.warps_m == 1 ? std::max<size_t>(1, std::min(by_smem, by_regs)) : 1;
+  replace_all(s, "$MIN_CTAS", std::to_string(min_ctas));
   replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)));
   replace_all(s, "$CONFIG", t.describe());
   render_variants(s, key);

@@ -37,6 +37,14 @@ WorkPlan plan_work(const std::vector<WorkRequest>& requests, const WorkShape& sh
   if (ctas > 0 && ctas < shape.target_ctas) {
     const int64_t per_cta = keys * shape.num_kv_heads / std::max<int64_t>(1, shape.target_ctas);
     split_keys = std::max<int64_t>(kMinSplitKeys, (per_cta + shape.block_n - 1) / shape.block_n * shape.block_n);
+    // Each block's splits round up: longer splits until every CTA fits one wave (16 x 8192 at 264
+    // slots: 3 splits, 384 CTAs, 1.45 waves, before; 2 splits, 256 CTAs, after).
+    const auto count = [&](int64_t sk) {
+      int64_t n = 0;
+      for (const Block& b : blocks) n += std::max<int64_t>(1, (b.hi - b.lo + sk - 1) / sk);
+      return n * shape.num_kv_heads;
+    };
+    while (count(split_keys) > shape.target_ctas) split_keys += shape.block_n;
   }
 
   struct Item {

@@ -65,6 +65,18 @@ TEST(JitWork, DecodeSplitsLongRequestsToFillTheGpu) {
   check_plan(reqs, shape, plan);
 }
 
+// Splits round up a block at a time: they are lengthened until the CTAs fit one wave, never more
+// than the GPU holds at once (16 x 8192 on 264 slots: 2 splits a request, 256 CTAs; 3 would be 384).
+TEST(JitWork, SplitsFitOneWave) {
+  WorkShape shape{.group = 4, .block_m = 16, .block_n = 64, .causal = true, .num_kv_heads = 8, .target_ctas = 264};
+  const std::vector<WorkRequest> reqs(16, WorkRequest{8191, 1});
+  const WorkPlan plan = plan_work(reqs, shape);
+  EXPECT_LE(plan.num_items() * shape.num_kv_heads, shape.target_ctas);
+  EXPECT_GT(plan.num_items() * shape.num_kv_heads, shape.target_ctas / 2);
+  EXPECT_EQ(plan.num_merges(), 16);
+  check_plan(reqs, shape, plan);
+}
+
 TEST(JitWork, ABusyGpuIsNotSplit) {
   WorkShape shape{.group = 4, .block_m = 16, .block_n = 64, .causal = true, .num_kv_heads = 8, .target_ctas = 132};
   const std::vector<WorkRequest> reqs(64, WorkRequest{4095, 1});

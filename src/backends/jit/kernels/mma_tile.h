@@ -15,7 +15,7 @@ namespace attnkit::jit {
 // $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, BF16 (1: bf16, 0: f16; q, cache
 // and out share it), BLOCK_N, WARPS_M, WARPS_N, M_TILES, STAGES, SMEM_BYTES (what the host launches
 // with), ELEM and CONFIG (words), PTX_FUNCTIONS (kernels/mma_ptx.h), VARIANT_FUNCTIONS
-// (kernels/variants.h), HAS_MASK_MOD.
+// (kernels/variants.h), HAS_MASK_MOD, MIN_CTAS.
 inline constexpr const char* kMmaTileTemplate = R"CUDA(
 // attnkit jit: mma_tile, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM, $CONFIG
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -28,6 +28,7 @@ inline constexpr const char* kMmaTileTemplate = R"CUDA(
 #define M_TILES $M_TILES
 #define STAGES $STAGES
 #define HAS_MASK_MOD $HAS_MASK_MOD
+#define MIN_CTAS $MIN_CTAS  // CTAs an SM holds by shared memory: ptxas keeps the registers to match
 #define NEG_INF __int_as_float(0xff800000)
 #define LOG2E 1.4426950408889634f
 
@@ -60,7 +61,7 @@ $VARIANT_FUNCTIONS
 // items: [n][8] = request, first packed row, KV begin, KV end, partial row (-1: the item writes the
 // output itself), first tile-mask entry, unused. requests: [batch][4] = first new token, prefix length, KV length, first
 // page-table entry. q [tokens][heads][HEAD_DIM_QK], out [tokens][heads][HEAD_DIM_VO].
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)
 attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restrict__ k_pool,
        const elem* __restrict__ v_pool, const int* __restrict__ items, const int* __restrict__ requests,
        const int* __restrict__ page_indices, const float* __restrict__ sinks, float* __restrict__ o_part,
@@ -88,6 +89,36 @@ attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restric
   }
   const int num_tiles = (kv_hi - kv_lo + BLOCK_N - 1) / BLOCK_N;
   // A tile's 16-byte chunks, unrolled so every page-table read of a tile issues before its copies.
+#if THREADS % (DQK / 8) == 0 && HEAD_DIM_QK == HEAD_DIM_VO
+  // Each thread copies one 16-byte column (cc) of rows r0, r0 + LROWS, ...: its column, its shared
+  // and global bases are loop-invariant, and K and V of a row share one page-table read and one
+  // slot (slot x row pitch is one IMAD.WIDE.U32 onto the base).
+#define LROWS (THREADS / (DQK / 8))
+  const int l_cc = tid % (DQK / 8), l_r0 = tid / (DQK / 8);
+  const bool l_col = l_cc * 8 < HEAD_DIM_QK;
+  const unsigned l_col_bytes = (kv_head * HEAD_DIM_QK + l_cc * 8) * 2;  // DQK == DVO: one for K and V
+  const unsigned k_pitch = num_kv_heads * HEAD_DIM_QK * 2, v_pitch = num_kv_heads * HEAD_DIM_VO * 2;  // bytes a slot
+  const unsigned l_smem = smem_addr(smem) + Q_BYTES + (l_r0 * KSTRIDE + l_cc * 8) * 2;
+  auto load_tile = [&](int j) {
+    const unsigned s_k = l_smem + (j % STAGES) * STAGE_BYTES;
+    const char* k_base = reinterpret_cast<const char*>(k_pool) + l_col_bytes;
+    const char* v_base = reinterpret_cast<const char*>(v_pool) + l_col_bytes;
+    const unsigned t0 = kv_lo + j * BLOCK_N + l_r0;
+    unsigned slot[(BLOCK_N + LROWS - 1) / LROWS];
+#pragma unroll
+    for (int i = 0; i < (BLOCK_N + LROWS - 1) / LROWS; ++i) {
+      const unsigned t = t0 + i * LROWS;
+      slot[i] = t < (unsigned)kv_hi ? (unsigned)__ldg(pages + t / PAGE_SIZE) * PAGE_SIZE + t % PAGE_SIZE : 0u;
+    }
+#pragma unroll
+    for (int i = 0; i < (BLOCK_N + LROWS - 1) / LROWS; ++i) {
+      if (BLOCK_N % LROWS != 0 && l_r0 + i * LROWS >= BLOCK_N) break;
+      const bool ok = t0 + i * LROWS < (unsigned)kv_hi && l_col;
+      copy16(s_k + i * LROWS * KSTRIDE * 2, k_base + (unsigned long long)slot[i] * k_pitch, ok);
+      copy16(s_k + K_BYTES + i * LROWS * VSTRIDE * 2, v_base + (unsigned long long)slot[i] * v_pitch, ok);
+    }
+  };
+#else
   auto load_tile = [&](int j) {
     elem* s_k = reinterpret_cast<elem*>(smem + Q_BYTES + (j % STAGES) * STAGE_BYTES);
     elem* s_v = reinterpret_cast<elem*>(smem + Q_BYTES + (j % STAGES) * STAGE_BYTES + K_BYTES);
@@ -111,6 +142,7 @@ attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restric
       copy16(smem_addr(s_v + r * VSTRIDE + cc * 8), v_pool + (slot * num_kv_heads + kv_head) * HEAD_DIM_VO + cc * 8, ok);
     }
   };
+#endif
 #if HAS_MASK_MOD
   // Which tiles any row sees (bit 1) and which every row sees whole (bit 2), from tile_mask (once a
   // batch): a tile no row sees is neither loaded nor computed. 2 bits a stage.
