@@ -146,6 +146,10 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
   const AttentionSpec& s = c.spec;
   result.tolerance = c.tolerance > 0 ? c.tolerance : default_tolerance(c.q_dtype, c.kv_dtype);
   double worst_ratio = -1.0;
+  // Where the backend writes the LSE, it is checked too (poisoned before every layer, every row).
+  Staged lse(caps.device, DType::f32, {n, s.num_qo_heads});
+  Staged ref_lse(Device::cpu, DType::f32, {n, s.num_qo_heads});
+  result.lse_checked = caps.lse;
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const uint64_t seed = c.seed * 1000003 + static_cast<uint64_t>(layer) * 4;
     Staged q(caps.device, c.q_dtype, {n, s.num_qo_heads, s.head_dim_qk});
@@ -161,9 +165,6 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
     v.upload();
     out.poison();
     ref_out.poison();
-    // Where the backend writes the LSE, it is checked too (poisoned first, every row).
-    Staged lse(caps.device, DType::f32, {n, s.num_qo_heads});
-    Staged ref_lse(Device::cpu, DType::f32, {n, s.num_qo_heads});
     lse.poison();
     ref_lse.poison();
     const TensorView no_v;
@@ -177,7 +178,6 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
     ref->forward(layer, q32.host(), k32.host(), s.is_mla() ? no_v : v32.host(), ref_out.host(),
                  caps.lse ? ref_lse.host() : TensorView());
     if (caps.lse) check_lse(lse.host(), ref_lse.host(), layer, s.num_qo_heads, result);
-    result.lse_checked = caps.lse;
 
     // Every element, as written: a NaN (the poison) or an error over the bound fails.
     const Comparison cmp = compare(out.host(), ref_out.host());

@@ -97,7 +97,9 @@ struct ContextParallelAttention::Part {
   ForwardBatch batch;
   std::vector<int32_t> step_rows;  // [batch.num_tokens()] the step's row of each of the part's rows
   Rows q, k, v, out;
-  std::vector<Rows> rank_out;      // prompts: each rank's zig-zag rows of the output
+  // Prompts: each rank's zig-zag rows of q, k, v and the output (decode: rank_out[0], the other
+  // ranks' copy of the merged output). Kept from layer to layer, so their buffers are reused.
+  std::vector<Rows> rank_q, rank_k, rank_v, rank_out;
   bool empty() const { return batch.batch_size() == 0; }
 };
 
@@ -198,17 +200,17 @@ void ContextParallelAttention::run_decode(int layer, Part& part) {
 void ContextParallelAttention::run_prefill(int layer, Part& part) {
   // Each rank's zig-zag rows of the part's q, k and v, and of its output.
   const size_t ranks = prefill_.size();
-  std::vector<Rows> q(ranks), k(ranks), v(ranks);
-  part.rank_out.resize(ranks);
+  for (std::vector<Rows>* each : {&part.rank_q, &part.rank_k, &part.rank_v, &part.rank_out}) each->resize(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     const std::vector<int32_t>& rows = prefill_[r]->rows();
     const auto m = static_cast<int64_t>(rows.size());
-    for (auto [mine, whole] : {std::pair{&q[r], &part.q}, std::pair{&k[r], &part.k}, std::pair{&v[r], &part.v}}) {
+    Rows &q = part.rank_q[r], &k = part.rank_k[r], &v = part.rank_v[r];
+    for (auto [mine, whole] : {std::pair{&q, &part.q}, std::pair{&k, &part.k}, std::pair{&v, &part.v}}) {
       mine->reset(whole->view(), m, device_);
       mine->gather(whole->host.data(), rows);
     }
     part.rank_out[r].reset(part.out.view(), m, device_);
-    prefill_[r]->exchange(layer, q[r].view(), k[r].view(), v[r].view());
+    prefill_[r]->exchange(layer, q.view(), k.view(), v.view());
   }
   for (size_t r = 0; r < ranks; ++r) {
     prefill_[r]->attend(part.rank_out[r].view());
