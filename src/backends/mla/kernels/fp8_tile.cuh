@@ -1,9 +1,9 @@
 // The fp8_blocked latent cache in the narrow kernels: raw slots (kv_cache.h: 512 e4m3 values,
 // 4 fp32 block scales, 64 bf16 RoPE values; kFp8SlotBytes apart) dequantised into the
-// 128-byte-swizzled bf16 tile wgmma reads. A value is e4m3 x its block's scale, rounded once to
-// bf16; the RoPE values are copied.
-//   The SM's conversion unit bounds it (three conversions a pair of values: e4m3 -> f16,
-// f16 -> f32, the f32 pair -> bf16), whichever warps convert.
+// 128-byte-swizzled bf16 tile wgmma reads. A value is e4m3 x its block's scale in bf16; the RoPE
+// values are copied. The e4m3 bytes become bf16 by moving bits (e4m3_to_bf16.h) and one bf16
+// multiply a pair applies the scale: no conversion instruction, where the SM's conversion unit
+// bounded the old path (e4m3 -> f16 -> f32 -> bf16, two of its conversions a pair of values).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backends/mla/config.h"
+#include "backends/mla/kernels/e4m3_to_bf16.h"
 
 namespace attnkit::mla::fp8_tile {
 
@@ -21,12 +22,33 @@ constexpr int kRopeBlock = kHeadDimVo / 64;     // column block 8: the bf16 RoPE
 constexpr int kChunksPerRow = kHeadDimQk / 8;   // 72 chunks of 8 values a token
 static_assert(kLatentScaleBlock % 64 == 0, "a 64-value column block lies within one scale block");
 
-// Two e4m3 (the low byte first) x scale -> two bf16 in one register.
+// Two e4m3 (the low byte first) x scale -> two bf16 in one register, through the conversion unit,
+// rounded once: for the chunks dequantise_chunk cannot take by moving bits.
 __device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t bits, float scale) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3);
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
   return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, __nv_bfloat162 b) {
+  const __nv_bfloat162 p = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), b);
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
+// Eight e4m3 (`e`, the first in the low byte) x scale -> eight bf16. By moving bits and one bf16
+// multiply a pair by scale x 2^120 rounded to bf16: two roundings where the conversion unit's path
+// has one, so a value may land one bf16 step from value x scale (e4m3 itself is 2^-4 coarse). A
+// chunk holding a NaN, or whose scale would overflow the factor, converts the other way.
+__device__ __forceinline__ uint4 dequantise_chunk(uint2 e, float scale) {
+  namespace cv = e4m3_to_bf16;
+  if (!cv::has_nan(e.x) && !cv::has_nan(e.y) && scale < cv::kOneStepScaleLimit) {
+    const __nv_bfloat162 f = __float2bfloat162_rn(scale * cv::kTwoPow120);
+    return make_uint4(bf16x2_mul(cv::scaled_down_pair(e.x), f), bf16x2_mul(cv::scaled_down_pair(e.x >> 16), f),
+                      bf16x2_mul(cv::scaled_down_pair(e.y), f), bf16x2_mul(cv::scaled_down_pair(e.y >> 16), f));
+  }
+  return make_uint4(e4m3x2_scaled(e.x, scale), e4m3x2_scaled(e.x >> 16, scale), e4m3x2_scaled(e.y, scale),
+                    e4m3x2_scaled(e.y >> 16, scale));
 }
 
 // Chunk c (8 values) of one raw slot, dequantised (a RoPE chunk copied); zero where !valid.
@@ -37,8 +59,7 @@ __device__ __forceinline__ uint4 chunk_of(const unsigned char* slot, int cb, int
   } else {
     const uint2 e = *reinterpret_cast<const uint2*>(slot + cb * 64 + 8 * c);
     const float scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock];
-    v = make_uint4(e4m3x2_scaled(e.x, scale), e4m3x2_scaled(e.x >> 16, scale), e4m3x2_scaled(e.y, scale),
-                   e4m3x2_scaled(e.y >> 16, scale));
+    v = dequantise_chunk(e, scale);
   }
   return valid ? v : make_uint4(0, 0, 0, 0);
 }
