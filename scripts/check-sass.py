@@ -24,7 +24,8 @@ import sys
 
 KERNEL = re.compile(r'attnkit6hopper13extend_kernel')
 # The KV tile of an instantiation: 64 tokens at head dim 256, else 128 (hopper/kernels/config.cuh).
-HEAD_DIM = re.compile(r'KernelConfigI\w+?Li(\d+)EEE')
+# (KernelConfig<T, head dim, gather>: Li<dim>E, then Lb0E or Lb1E.)
+HEAD_DIM = re.compile(r'KernelConfigI\w+?Li(\d+)E')
 WAIT_S = 'WARPGROUP.DEPBAR.LE gsb0, 0x1'
 WAIT_PV = 'WARPGROUP.DEPBAR.LE gsb0, 0x0'
 # Head dims whose kernels are known to miss a check, and why; reported, not failed. An entry whose
@@ -123,6 +124,8 @@ def self_test():
     spilled = good + ['/*0090*/ STL [R1], R2']
     assert any('local-memory' in p for p in check_kernel(name, spilled))
     assert any('no HGMMA' in p for p in check_kernel(name, [x for x in good if 'HGMMA' not in x]))
+    gathered = '_ZN7attnkit6hopper13extend_kernelINS0_12KernelConfigI6__halfLi256ELb1EEEEEvNS0_10ExtendMapsE'
+    assert head_dim_of(gathered) == 256 and head_dim_of(name) == 128
     parsed = split_functions('\tFunction : %s\n        /*0000*/ MOV R1, c[0x0][0x28] ;  /* 0x000 */\n' % name)
     assert parsed == {name: ['/*0000*/ MOV R1, c[0x0][0x28]']}, parsed
     print('check-sass self-test: ok')

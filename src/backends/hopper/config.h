@@ -14,9 +14,11 @@ namespace attnkit::hopper {
 struct Support {
   static constexpr std::array<int, 3> head_dims = {64, 128, 256};              // head_dim_qk == head_dim_vo
   static constexpr std::array<DType, 2> q_dtypes = {DType::f16, DType::bf16};   // q, k, v, out and the cache
-  // K/V tiles come as TMA boxes of min(page_size, 64 or 128) slots, each starting on a 1024-byte
-  // boundary of the 128-byte-swizzled tile (8 rows): pages of 8 slots or more, powers of two.
-  static constexpr std::array<int, 6> page_sizes = {8, 16, 32, 64, 128, 256};
+  // Powers of two. Pages of min_tma_page_size slots or more: K/V tiles come as TMA boxes of
+  // min(page_size, 64 or 128) slots, each starting on a 1024-byte boundary of the
+  // 128-byte-swizzled tile (8 rows). Smaller pages: the producer gathers rows with cp.async.
+  static constexpr std::array<int, 9> page_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  static constexpr int min_tma_page_size = 8;
   static constexpr int max_group = 128;  // query heads a KV head: a tile holds at least one token
 };
 

@@ -66,6 +66,20 @@ std::vector<harness::CheckCase> cases() {
   c = make_case("sequential pages", 8, 2, 128, 64, {{0, 1000}, {300, 300}});
   c.shuffle_pages = false;
   out.push_back(c);
+  // Pages under 8 slots: the producer warpgroup gathers K/V rows with cp.async.
+  for (int d : {64, 128, 256}) {
+    std::string label = "d";
+    label += std::to_string(d) + " gqa4 page1 gathered";
+    out.push_back(make_case(label, 8, 2, d, 1, ragged));
+  }
+  out.push_back(make_case("page2 gathered, chunked", 32, 8, 128, 2, {{1500, 700}, {0, 45}, {129, 1}}));
+  c = make_case("f16 page4 gathered, window 100", 8, 2, 128, 4, {{0, 700}, {301, 64}});
+  c.q_dtype = c.kv_dtype = DType::f16;
+  c.spec.window_left = 100;
+  out.push_back(c);
+  c = make_case("page1 gathered, non-causal, kv_len 1", 8, 8, 128, 1, {{0, 1}, {0, 130}, {1, 5}});
+  c.spec.causal = false;
+  out.push_back(c);
   return out;
 }
 
@@ -89,14 +103,14 @@ TEST(HopperSupport, NamesTheFieldAndTheValue) {
             "head_dim must be 64, 128 or 256, got 96");
   EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::e4m3}, 64, 4),
             "cache dtype must be q's (bf16), got e4m3");
-  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::f16, DType::f16}, 1, 4),
-            "page_size must be 8, 16, 32, 64, 128 or 256, got 1");
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::f16, DType::f16}, 3, 4),
+            "page_size must be 1, 2, 4, 8, 16, 32, 64, 128 or 256, got 3");
   EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::bf16}, 16, 256),
             "num_qo_heads / num_kv_heads must be in 1..128, got 256");
   const Capabilities caps = hopper::capabilities();
   EXPECT_FALSE(caps.custom_mask);
   EXPECT_TRUE(caps.cuda_graph);  // decode graphs, on planned's kernel
-  EXPECT_EQ(caps.page_sizes, (std::vector<int>{8, 16, 32, 64, 128, 256}));
+  EXPECT_EQ(caps.page_sizes, (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256}));
 }
 
 TEST(HopperSupport, TilesHoldWholeTokens) {
@@ -134,8 +148,10 @@ TEST(HopperExtendParams, RefusesWhatTheKernelLacks) {
   p.kv_dtype = DType::f16;
   EXPECT_EQ(message(), "hopper extend: cache dtype must be q's (bf16), got f16");
   p.kv_dtype = DType::bf16;
-  p.page_size = 4;
-  EXPECT_EQ(message(), "hopper extend: page_size must be 8, 16, 32, 64, 128 or 256, got 4");
+  p.page_size = 4;  // gathered with cp.async
+  EXPECT_EQ(message(), "accepted");
+  p.page_size = 12;
+  EXPECT_EQ(message(), "hopper extend: page_size must be 1, 2, 4, 8, 16, 32, 64, 128 or 256, got 12");
 }
 
 }  // namespace

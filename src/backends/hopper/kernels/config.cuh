@@ -1,17 +1,19 @@
 // The `hopper` extend kernel's shape: one CTA = one producer warpgroup (TMA) and two consumer
 // warpgroups (wgmma + softmax) over a tile of 128 GQA-packed query rows, K/V tiles of kBlockN
 // tokens in a ring of kStages shared-memory stages. The arithmetic behind each constant is beside
-// it; kernel.cuh puts the roles together.
+// it; kernel.cuh puts the roles together. kGather: the cache's pages are too small for TMA boxes
+// (1, 2 or 4 slots), so the producer warpgroup gathers K/V tiles row by row with cp.async.
 #pragma once
 
 #include <cstdint>
 
 namespace attnkit::hopper {
 
-template <typename T_, int kHeadDim_>
+template <typename T_, int kHeadDim_, bool kGather_ = false>
 struct KernelConfig {
   using T = T_;  // q, k, v and out: bf16 or f16
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kGather = kGather_;
   static constexpr int kConsumers = 2;             // warpgroups of 64 rows: one wgmma M each
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;  // packed rows a tile (at most; see tile_rows)
@@ -32,6 +34,9 @@ struct KernelConfig {
   // three threads, 504 x 128 = 64512 of the SM's 65536.
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
+  // Arrivals that complete a K or V stage: the TMA path's one expect-tx arrival (then the bytes),
+  // or each of the producer warpgroup's 128 threads once its own copies have landed.
+  static constexpr int kFullArrivals = kGather ? 128 : 1;
 
   static_assert(kHeadDim % 64 == 0, "head dims 64, 128, 256");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit an SM's shared memory");

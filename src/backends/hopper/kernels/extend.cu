@@ -1,5 +1,6 @@
 // The `hopper` extend kernel's host side: the instantiations (bf16 / f16 x head dims 64, 128,
-// 256), the tensor maps, the checks and the persistent launch.
+// 256 x TMA boxes or a cp.async gather of K/V), the tensor maps, the checks and the persistent
+// launch.
 #include "backends/hopper/kernels/extend.h"
 
 #include <cuda_bf16.h>
@@ -15,14 +16,23 @@ namespace attnkit::hopper {
 
 namespace {
 
+// The kernel for a head dim and dtype; with `gather` (pages under Support::min_tma_page_size),
+// the one that gathers K/V rows with cp.async instead of TMA boxes.
 template <typename Fn>
-void with_config(int head_dim, DType dtype, Fn&& fn) {
+void with_config(int head_dim, DType dtype, bool gather, Fn&& fn) {
   auto by_dim = [&](auto t) {
     using T = decltype(t);
+    auto pick = [&](auto dense, auto gathered) {
+      if (gather) {
+        fn(gathered);
+      } else {
+        fn(dense);
+      }
+    };
     switch (head_dim) {
-      case 64: fn(KernelConfig<T, 64>{}); return;
-      case 128: fn(KernelConfig<T, 128>{}); return;
-      case 256: fn(KernelConfig<T, 256>{}); return;
+      case 64: pick(KernelConfig<T, 64>{}, KernelConfig<T, 64, true>{}); return;
+      case 128: pick(KernelConfig<T, 128>{}, KernelConfig<T, 128, true>{}); return;
+      case 256: pick(KernelConfig<T, 256>{}, KernelConfig<T, 256, true>{}); return;
       default: throw Error(detail::concat("hopper extend: head_dim must be 64, 128 or 256, got ", head_dim));
     }
   };
@@ -54,14 +64,14 @@ void launch_config(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t s
 
 int extend_block_m(int head_dim) {
   int rows = 0;
-  with_config(head_dim, DType::bf16, [&](auto cfg) { rows = decltype(cfg)::kBlockM; });
+  with_config(head_dim, DType::bf16, false, [&](auto cfg) { rows = decltype(cfg)::kBlockM; });
   return rows;
 }
 
 cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,
                               int page_size) {
   int block_n = 0;
-  with_config(head_dim, dtype, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
+  with_config(head_dim, dtype, false, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
   const int64_t row = int64_t{head_dim} * 2;
   return cuda::make_tensor_map("hopper kv pool", dtype, pool, {head_dim, num_kv_heads, num_slots},
                                {row, row * num_kv_heads}, {64, 1, page_size < block_n ? page_size : block_n});
@@ -90,7 +100,8 @@ void check_extend_params(const ExtendParams& p) {
 void launch_extend(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream) {
   check_extend_params(p);
   if (p.num_work_items == 0) return;
-  with_config(p.head_dim_qk, p.q_dtype, [&](auto cfg) { launch_config<decltype(cfg)>(p, maps, stream); });
+  with_config(p.head_dim_qk, p.q_dtype, p.page_size < Support::min_tma_page_size,
+              [&](auto cfg) { launch_config<decltype(cfg)>(p, maps, stream); });
 }
 
 }  // namespace attnkit::hopper

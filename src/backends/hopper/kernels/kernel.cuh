@@ -1,5 +1,5 @@
 // The `hopper` extend kernel: warp-specialised, persistent. Warpgroup 0 is the producer (one warp
-// issues every TMA copy, producer.cuh), warpgroups 1 and 2 the consumers (wgmma and the softmax,
+// issues every TMA copy, or with kGather all four gather K/V rows; producer.cuh), warpgroups 1 and 2 the consumers (wgmma and the softmax,
 // mainloop.cuh / softmax.cuh, then epilogue.cuh). setmaxnreg moves registers from the producer to
 // the consumers; full / empty mbarriers per ring stage order them; named barriers give the
 // consumers turns at the tensor cores. The tile sequence is scheduler.cuh's.
@@ -35,9 +35,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     tma::mbar_init(sm.bars.q_full(), 1);
     tma::mbar_init(sm.bars.q_empty(), 4 * C::kConsumers);  // one arrival a consumer warp
     for (int s = 0; s < C::kStages; ++s) {
-      tma::mbar_init(sm.bars.k_full(s), 1);
+      tma::mbar_init(sm.bars.k_full(s), C::kFullArrivals);
       tma::mbar_init(sm.bars.k_empty(s), 4 * C::kConsumers);
-      tma::mbar_init(sm.bars.v_full(s), 1);
+      tma::mbar_init(sm.bars.v_full(s), C::kFullArrivals);
       tma::mbar_init(sm.bars.v_empty(s), 4 * C::kConsumers);
     }
   }
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (warpgroup == 0) {
     lower_registers<C::kProducerRegs>();
-    if (threadIdx.x < 32) produce<C>(maps, p, sm);
+    if (C::kGather || threadIdx.x < 32) produce<C>(maps, p, sm, static_cast<int>(threadIdx.x));
     return;
   }
   raise_registers<C::kConsumerRegs>();

@@ -46,7 +46,7 @@ struct Consumer {
   // at once, before the box count's divisions, which would sit in the turn at the tensor cores.
   __device__ __forceinline__ void zero_v_tail(const ExtendParams& p, const SmemAddrs& sm, int stage, const Tile& t,
                                               int n0) {
-    if (n0 + kN <= t.kv_hi) return;
+    if (C::kGather || n0 + kN <= t.kv_hi) return;  // the gather zero-fills rows past kv_hi itself
     const int valid = min(filled_rows(p, t, n0), t.kv_len - n0);
     if (valid >= kN) return;
     const int tid = warp * 32 + lane;
@@ -59,6 +59,14 @@ struct Consumer {
     }
     ::attnkit::cuda::wgmma::fence_proxy_async();
     named_sync(kConsumerBarrier + index, 128);
+  }
+
+  // Waits for a K or V stage to land. The gather's cp.async writes shared memory through the
+  // generic proxy and wgmma reads it through the async proxy: the proxy fence orders the two
+  // (the TMA writes through the async proxy already).
+  __device__ __forceinline__ static void wait_landed(uint32_t full, uint32_t parity) {
+    ::attnkit::cuda::tma::mbar_wait(full, parity);
+    if constexpr (C::kGather) ::attnkit::cuda::wgmma::fence_proxy_async();
   }
 
   __device__ __forceinline__ static int filled_rows(const ExtendParams& p, const Tile& t, int n0) {
@@ -95,7 +103,7 @@ struct Consumer {
     named_sync(kTurnBarrier + index, 256);
     issue_qk(sm, stage);
     if (prev != nullptr) {
-      tma::mbar_wait(sm.bars.v_full(prev->stage), prev->parity);
+      wait_landed(sm.bars.v_full(prev->stage), prev->parity);
       zero_v_tail(p, sm, prev->stage, t, prev_n0);
       issue_pv(sm, prev->stage);
     }
@@ -139,7 +147,7 @@ struct Consumer {
     float corr[2];
     RingSlot<C::kStages> prev(kv_done);
     int prev_n0 = t.kv_lo;
-    tma::mbar_wait(sm.bars.k_full(prev.stage), prev.parity);
+    wait_landed(sm.bars.k_full(prev.stage), prev.parity);
     products(p, sm, t, prev.stage, nullptr, 0);
     release(sm.bars.k_empty(prev.stage));
     sx.cap_and_mask(s, prev_n0, lane);
@@ -149,7 +157,7 @@ struct Consumer {
     for (int j = 1; j < t.num_kv_tiles; ++j, ++kv_done) {
       const RingSlot<C::kStages> slot(kv_done);
       const int n0 = t.kv_lo + j * kN;
-      tma::mbar_wait(sm.bars.k_full(slot.stage), slot.parity);
+      wait_landed(sm.bars.k_full(slot.stage), slot.parity);
       products(p, sm, t, slot.stage, &prev, prev_n0);
       release(sm.bars.k_empty(slot.stage));
       sx.cap_and_mask(s, n0, lane);
@@ -168,7 +176,7 @@ struct Consumer {
       prev_n0 = n0;
     }
     release(sm.bars.q_empty());  // every S of the tile has been computed
-    tma::mbar_wait(sm.bars.v_full(prev.stage), prev.parity);
+    wait_landed(sm.bars.v_full(prev.stage), prev.parity);
     zero_v_tail(p, sm, prev.stage, t, prev_n0);
     issue_pv(sm, prev.stage);
     wg::wait<0>();

@@ -1,12 +1,15 @@
-// The `hopper` extend kernel's producer: one warp of the first warpgroup issues every copy with
-// the TMA. Per tile: Q once (one box a column block: tokens x group rows), then each K and V tile
-// into the next ring stage as soon as the consumers have released it, a box of min(page_size,
-// kBlockN) tokens a lane, the page table read a tile ahead. Completion is counted in bytes on
-// the stage's full barrier; kernel.cuh sets the roles up.
+// The `hopper` extend kernel's producer: the first warpgroup. Per tile: Q once with the TMA (one
+// box a column block: tokens x group rows), then each K and V tile into the next ring stage as soon
+// as the consumers have released it. Pages of 8 slots or more: one warp issues TMA boxes of
+// min(page_size, kBlockN) tokens, a box a lane, the page table read a tile ahead, completion
+// counted in bytes on the stage's full barrier. Smaller pages (kGather): all 128 threads gather
+// rows with cp.async, each arriving on the full barrier when its copies land. kernel.cuh sets the
+// roles up.
 #pragma once
 
 #include "backends/hopper/kernels/config.cuh"
 #include "backends/hopper/kernels/scheduler.cuh"
+#include "backends/planned/kernels/prefill_tile.cuh"
 #include "cuda/tma.cuh"
 
 namespace attnkit::hopper {
@@ -59,17 +62,58 @@ __device__ __forceinline__ void load_kv_tile(const ExtendParams& p, const void* 
   }
 }
 
+// Pages of 1, 2 or 4 slots, where a TMA box a page would be too small to pay: thread `tid` of the
+// producer warpgroup owns row tid % kBlockN of each tile and copies every (128 / kBlockN)-th of
+// its 16-byte pieces, each straight to its swizzled place (the layout the TMA writes). The source
+// offset of the row (one page-table read, shared by K and V) is row_offset, -1 where the row is at
+// or past kv_hi: such rows are zero-filled (cp.async with no source bytes), so the consumers need
+// zero no V tail.
 template <typename C>
-__device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendParams& p, const SmemAddrs& sm) {
+__device__ __forceinline__ int64_t gather_row_offset(const ExtendParams& p, const Tile& t, int j, int tid) {
+  const int pos = t.kv_lo + j * C::kBlockN + tid % C::kBlockN;
+  if (j >= t.num_kv_tiles || pos >= t.kv_hi) return -1;
+  const int64_t slot = int64_t{p.kv_page_indices[t.page_begin + pos / p.page_size]} * p.page_size + pos % p.page_size;
+  return (slot * p.num_kv_heads + t.kv_head) * C::kHeadDim;
+}
+
+template <typename C>
+__device__ __forceinline__ void gather_kv_tile(const void* pool, int64_t row_offset, uint32_t s_tile, uint32_t full,
+                                               uint32_t empty, uint32_t parity, int tid) {
+  namespace tile = ::attnkit::planned::tile;
+  using T = typename C::T;
+  constexpr int kThreadsPerRow = 128 / C::kBlockN;  // 1 (kBlockN 128) or 2 (64): each takes whole column blocks
+  static_assert(128 % C::kBlockN == 0 && C::kColBlocks % kThreadsPerRow == 0, "every thread owns one row");
+  const int row = tid % C::kBlockN;
+  const T* src = static_cast<const T*>(pool) + (row_offset >= 0 ? row_offset : 0);
+  ::attnkit::cuda::tma::mbar_wait(empty, parity ^ 1);
+  // Piece k of the row's 128 bytes in a column block lies at (k ^ row % 8) * 16 (the 128-byte
+  // swizzle): the row's start has those bits clear, so one XOR a piece finds it. Column blocks in
+  // a loop that is not unrolled, and the XOR left to each piece: the producer has 40 registers.
+#pragma unroll 1
+  for (int cb = tid / C::kBlockN; cb < C::kColBlocks; cb += kThreadsPerRow) {
+    const uint32_t swizzled_row = (s_tile + static_cast<uint32_t>(cb * C::kBlockN + row) * 128) | ((row & 7) << 4);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      tile::cp_async_16(swizzled_row ^ static_cast<uint32_t>(k << 4), src + cb * 64 + k * 8, row_offset >= 0);
+  }
+  tile::cp_async_arrive(full);
+}
+
+// The producer warpgroup's thread `tid` with kGather, else lane `tid` of its first warp (the only
+// one that runs).
+template <typename C>
+__device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendParams& p, const SmemAddrs& sm, int tid) {
   namespace tma = ::attnkit::cuda::tma;
   static_assert(C::kBlockN / 8 <= 32, "one box a lane");
-  const int lane = threadIdx.x % 32;
+  const int lane = tid % 32;
   int tiles_done = 0, kv_done = 0;
   for (int w = blockIdx.x; w < num_work(p); w += gridDim.x) {
     Tile t;
     if (!load_tile<C>(p, w, t)) continue;
-    int slot = box_slot<C>(p, t, 0, lane);  // read before the waits, so its latency hides behind them
-    if (lane == 0) {
+    // Read before the waits, so that their latency hides behind them.
+    int slot = C::kGather ? 0 : box_slot<C>(p, t, 0, lane);
+    int64_t row_offset = C::kGather ? gather_row_offset<C>(p, t, 0, tid) : 0;
+    if (tid == 0) {
       tma::mbar_wait(sm.bars.q_empty(), (tiles_done & 1) ^ 1);
       tma::mbar_expect_tx(sm.bars.q_full(), static_cast<uint32_t>(C::kColBlocks * p.tile_rows * 128));
       const int token = t.qo_start + t.row0 / t.group;
@@ -81,11 +125,20 @@ __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendPara
     for (int j = 0; j < t.num_kv_tiles; ++j, ++kv_done) {
       const int n0 = t.kv_lo + j * C::kBlockN;
       const RingSlot<C::kStages> ring(kv_done);
-      load_kv_tile<C>(p, &maps.k, t, n0, slot, sm.k + ring.stage * C::kTileBytes, sm.bars.k_full(ring.stage),
-                      sm.bars.k_empty(ring.stage), ring.parity, lane);
-      load_kv_tile<C>(p, &maps.v, t, n0, slot, sm.v + ring.stage * C::kTileBytes, sm.bars.v_full(ring.stage),
-                      sm.bars.v_empty(ring.stage), ring.parity, lane);
-      slot = box_slot<C>(p, t, j + 1, lane);
+      const uint32_t s_k = sm.k + ring.stage * C::kTileBytes, s_v = sm.v + ring.stage * C::kTileBytes;
+      if constexpr (C::kGather) {
+        gather_kv_tile<C>(p.k_pool, row_offset, s_k, sm.bars.k_full(ring.stage), sm.bars.k_empty(ring.stage),
+                          ring.parity, tid);
+        gather_kv_tile<C>(p.v_pool, row_offset, s_v, sm.bars.v_full(ring.stage), sm.bars.v_empty(ring.stage),
+                          ring.parity, tid);
+        row_offset = gather_row_offset<C>(p, t, j + 1, tid);
+      } else {
+        load_kv_tile<C>(p, &maps.k, t, n0, slot, s_k, sm.bars.k_full(ring.stage), sm.bars.k_empty(ring.stage),
+                        ring.parity, lane);
+        load_kv_tile<C>(p, &maps.v, t, n0, slot, s_v, sm.bars.v_full(ring.stage), sm.bars.v_empty(ring.stage),
+                        ring.parity, lane);
+        slot = box_slot<C>(p, t, j + 1, lane);
+      }
     }
   }
 }

@@ -93,12 +93,6 @@ __device__ __forceinline__ uint32_t stage_offset(int row, int chunk) {
   }
 }
 
-// Completes one arrival on s_bar once every cp.async this thread issued before it has landed
-// (the arrival is one of those the barrier was initialised to expect).
-__device__ __forceinline__ void cp_async_arrive(uint32_t s_bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(s_bar) : "memory");
-}
-
 // One half of a warp's rows of a tile: its 16 K rows (half 0) or 16 V rows (half 1), copied by all
 // 32 lanes in 16-byte cp.async pieces, whole rows an instruction (so each instruction reads whole
 // 256-byte rows), then one arrival a lane on the half's barrier of the stage. K and V are
@@ -155,7 +149,7 @@ __device__ __forceinline__ void issue_rows(const DecodeParams& p, const DecodeWo
       tile::cp_async_16(s_half + stage_offset<C>(warp * 16 + row, chunk), g_src, true);
     }
   }
-  cp_async_arrive(s_bar);
+  tile::cp_async_arrive(s_bar);
 }
 
 // This step's K and V rows of the item's KV head into the cache slot out_cache_loc[token], by the

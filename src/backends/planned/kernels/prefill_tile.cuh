@@ -45,6 +45,11 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
+// Completes one arrival on the mbarrier at s_bar once every cp.async this thread issued before it
+// has landed (the arrival is one of those the barrier was initialised to expect).
+__device__ __forceinline__ void cp_async_arrive(uint32_t s_bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(s_bar) : "memory");
+}
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 address the rows of matrix i, r[i] receives it.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t s_addr) {
