@@ -23,9 +23,18 @@ double half_value(uint32_t word, int half) {
   return static_cast<double>(bf16_bits_to_float(static_cast<uint16_t>(word >> (16 * half))));
 }
 
+// The low two bytes' bf16 word, as the kernel forms it (the high two, from a quad of
+// equal halves, must come out the same).
+uint32_t pair_word(uint32_t two) {
+  uint32_t lo = 0, hi = 0;
+  cv::scaled_down_quad(two | (two << 16), lo, hi);
+  EXPECT_EQ(lo, hi) << std::hex << "0x" << two;
+  return lo;
+}
+
 TEST(E4m3ToBf16, EveryPairOfBytesIsTheValueTimesTwoToTheMinus120) {
   for (uint32_t two = 0; two < 0x10000u; ++two) {
-    const uint32_t word = cv::scaled_down_pair(two);
+    const uint32_t word = pair_word(two);
     for (int half = 0; half < 2; ++half) {
       const auto byte = static_cast<uint8_t>(two >> (8 * half));
       if (is_nan_code(byte)) continue;
@@ -38,11 +47,13 @@ TEST(E4m3ToBf16, EveryPairOfBytesIsTheValueTimesTwoToTheMinus120) {
 
 TEST(E4m3ToBf16, SubnormalsAndTheLargestValueByHand) {
   // 0x01: 2^-9 (the smallest subnormal) -> bf16 0x0010, 2^-129; 0x7e: 448 -> 0x07e0, 1.75 x 2^-112;
-  // 0x88: -2^-6 (the smallest normal, negative) -> 0x8080.
-  EXPECT_EQ(cv::scaled_down_pair(0x01u), 0x0010u);
-  EXPECT_EQ(cv::scaled_down_pair(0x7eu), 0x07e0u);
-  EXPECT_EQ(cv::scaled_down_pair(0x88u), 0x8080u);
-  EXPECT_EQ(cv::scaled_down_pair(0x7e01u), 0x07e00010u);
+  // 0x88: -2^-6 (the smallest normal, negative) -> 0x8080. Bytes 0..3 of 0x88_7e_01_00 -> lo, hi.
+  uint32_t lo = 0, hi = 0;
+  cv::scaled_down_quad(0x887e0100u, lo, hi);
+  EXPECT_EQ(lo, 0x00100000u);
+  EXPECT_EQ(hi, 0x808007e0u);
+  // __byte_perm's rule: bytes 1, 3 of x, then 1, 3 of y (indices 4..7).
+  EXPECT_EQ(cv::byte_perm(0x44332211u, 0x88776655u, 0x7531u), 0x88664422u);
   EXPECT_EQ(std::ldexp(half_value(0x0010u, 0), 120), std::ldexp(1.0, -9));
   EXPECT_EQ(std::ldexp(half_value(0x07e0u, 0), 120), 448.0);
 }
@@ -66,7 +77,7 @@ TEST(E4m3ToBf16, HasNanFindsANanByteAtEveryPlace) {
 // The kernel's product: bf16(x) x bf16(scale x 2^120), rounded to bf16. Both factors have 8
 // significant bits, so the double product is exact, and so is its float (no subnormal here).
 double one_step(uint32_t byte, float scale) {
-  const double x = half_value(cv::scaled_down_pair(byte), 0);
+  const double x = half_value(pair_word(byte), 0);
   const double f = static_cast<double>(bf16_bits_to_float(float_to_bf16_bits(scale * cv::kTwoPow120)));
   return static_cast<double>(bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x * f))));
 }

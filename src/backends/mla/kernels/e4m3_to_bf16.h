@@ -22,15 +22,31 @@
 
 namespace attnkit::mla::e4m3_to_bf16 {
 
-// Two e4m3 bytes (the low byte first: bits 0..7 and 8..15 of `two`) -> two bf16 (the first in the
-// low half) holding each value x 2^-120.
-ATTNKIT_E4M3_HD constexpr uint32_t scaled_down_pair(uint32_t two) {
-  return ((two & 0x7fu) << 4) | ((two & 0x80u) << 8) | ((two & 0x7f00u) << 12) | ((two & 0x8000u) << 16);
+// CUDA's __byte_perm: byte i of the result is byte (s >> 4i) & 7 of y:x (x the low four).
+ATTNKIT_E4M3_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((bytes >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return r;
+#endif
+}
+
+// Four e4m3 bytes (`four`, the first in the low byte) -> four bf16 holding each value x 2^-120:
+// bytes 0 and 1 in `lo` (byte 0 in its low half), 2 and 3 in `hi`. Each pair costs two byte
+// permutes (the magnitudes to bits 0..6 and 16..22, the signs to bits 15 and 31) and one
+// shift-and-add, after two masks shared by both pairs.
+ATTNKIT_E4M3_HD void scaled_down_quad(uint32_t four, uint32_t& lo, uint32_t& hi) {
+  const uint32_t magnitudes = four & 0x7f7f7f7fu, signs = four & 0x80808080u;
+  lo = (byte_perm(magnitudes, 0, 0x4140) << 4) + byte_perm(signs, 0, 0x1404);
+  hi = (byte_perm(magnitudes, 0, 0x4342) << 4) + byte_perm(signs, 0, 0x3424);
 }
 
 // Whether any of the four e4m3 bytes of `four` is NaN (low 7 bits all ones): adding 1 to each
 // byte's low 7 bits reaches bit 7 only from 0x7f, and never carries into the next byte.
-ATTNKIT_E4M3_HD constexpr bool has_nan(uint32_t four) { return (((four & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0; }
+ATTNKIT_E4M3_HD bool has_nan(uint32_t four) { return (((four & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0; }
 
 // The scale at or above which scale x 2^120 overflows bf16 (largest finite 255.0 x 2^120): such
 // blocks (latents of 255 x 448 = 114,240 or more) multiply twice, by 2^120 and then by the scale.

@@ -23,7 +23,7 @@ constexpr int kChunksPerRow = kHeadDimQk / 8;   // 72 chunks of 8 values a token
 static_assert(kLatentScaleBlock % 64 == 0, "a 64-value column block lies within one scale block");
 
 // Two e4m3 (the low byte first) x scale -> two bf16 in one register, through the conversion unit,
-// rounded once: for the chunks dequantise_chunk cannot take by moving bits.
+// rounded once: for the chunks that moving bits cannot take.
 __device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t bits, float scale) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3);
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
@@ -36,69 +36,93 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, __nv_bfloat162 b) {
   return *reinterpret_cast<const uint32_t*>(&p);
 }
 
-// Eight e4m3 (`e`, the first in the low byte) x scale -> eight bf16. By moving bits and one bf16
-// multiply a pair by scale x 2^120 rounded to bf16: two roundings where the conversion unit's path
-// has one, so a value may land one bf16 step from value x scale (e4m3 itself is 2^-4 coarse). A
-// chunk holding a NaN, or whose scale would overflow the factor, converts the other way.
-__device__ __forceinline__ uint4 dequantise_chunk(uint2 e, float scale) {
+// Eight e4m3 values of one slot's column block (the first in the low byte) and their block's scale.
+struct RawChunk {
+  uint2 bits;
+  float scale;
+};
+
+// Whether moving bits cannot take the chunk: it holds a NaN (which would not carry over), or its
+// scale would overflow the bf16 factor (latents of 114,240 or more).
+__device__ __forceinline__ bool needs_conversion_unit(const RawChunk& r) {
   namespace cv = e4m3_to_bf16;
-  if (!cv::has_nan(e.x) && !cv::has_nan(e.y) && scale < cv::kOneStepScaleLimit) {
-    const __nv_bfloat162 f = __float2bfloat162_rn(scale * cv::kTwoPow120);
-    return make_uint4(bf16x2_mul(cv::scaled_down_pair(e.x), f), bf16x2_mul(cv::scaled_down_pair(e.x >> 16), f),
-                      bf16x2_mul(cv::scaled_down_pair(e.y), f), bf16x2_mul(cv::scaled_down_pair(e.y >> 16), f));
-  }
-  return make_uint4(e4m3x2_scaled(e.x, scale), e4m3x2_scaled(e.x >> 16, scale), e4m3x2_scaled(e.y, scale),
-                    e4m3x2_scaled(e.y >> 16, scale));
+  return cv::has_nan(r.bits.x) | cv::has_nan(r.bits.y) | !(r.scale < cv::kOneStepScaleLimit);  // no branches
 }
 
-// Chunk c (8 values) of one raw slot, dequantised (a RoPE chunk copied); zero where !valid.
-__device__ __forceinline__ uint4 chunk_of(const unsigned char* slot, int cb, int c, bool valid) {
+// Eight e4m3 x scale -> eight bf16 by moving bits, then one bf16 multiply a pair by scale x 2^120
+// rounded to bf16: two roundings where the conversion unit's path has one, so a value may land
+// one bf16 step from value x scale (e4m3 itself is 2^-4 coarse); one conversion a chunk (the
+// factor) where that path has eight.
+__device__ __forceinline__ uint4 moved_bits_chunk(const RawChunk& r) {
+  namespace cv = e4m3_to_bf16;
+  const __nv_bfloat162 f = __float2bfloat162_rn(r.scale * cv::kTwoPow120);
   uint4 v;
-  if (cb == kRopeBlock) {
-    v = reinterpret_cast<const uint4*>(slot + kFp8RopeOffset)[c];
-  } else {
-    const uint2 e = *reinterpret_cast<const uint2*>(slot + cb * 64 + 8 * c);
-    const float scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock];
-    v = dequantise_chunk(e, scale);
-  }
-  return valid ? v : make_uint4(0, 0, 0, 0);
+  cv::scaled_down_quad(r.bits.x, v.x, v.y);
+  cv::scaled_down_quad(r.bits.y, v.z, v.w);
+  return make_uint4(bf16x2_mul(v.x, f), bf16x2_mul(v.y, f), bf16x2_mul(v.z, f), bf16x2_mul(v.w, f));
+}
+
+__device__ __forceinline__ uint4 conversion_unit_chunk(const RawChunk& r) {
+  return make_uint4(e4m3x2_scaled(r.bits.x, r.scale), e4m3x2_scaled(r.bits.x >> 16, r.scale),
+                    e4m3x2_scaled(r.bits.y, r.scale), e4m3x2_scaled(r.bits.y >> 16, r.scale));
 }
 
 __device__ __forceinline__ uint32_t tile_offset(int cb, int row, int c) {
   return static_cast<uint32_t>(cb * kBlockBytes + row * 128 + ((c ^ (row & 7)) << 4));
 }
 
-// Rows [row0, row0 + kRows) of the bf16 tile from kRows raw slots, column blocks
-// [cb0, cb0 + kBlocks), by kConverters threads (ctid their index): each takes 16-byte chunks
-// ctid + kConverters k, numbered block by block (a warp's 32 chunks lie in one block: kConverters
-// is a multiple of 32, a block's rows kRows x 8 chunks), up to kMaxInFlight converted between
-// stores; rows from `valid` on are zero.
-template <int kConverters, int kRows, int kBlocks, int kMaxInFlight = 4>
-__device__ __forceinline__ void dequantise(const unsigned char* raw, unsigned char* tile, int row0, int cb0, int valid,
+// Rows [row0, row0 + kRows) of column block cb of the bf16 tile, from kRows raw slots, by
+// kConverters threads (ctid their index): each takes 16-byte chunks ctid + kConverters k (a
+// warp's 32 chunks lie in the block: kConverters is a multiple of 32), up to kMaxInFlight read
+// before any is converted; rows from `valid` on are zero. The RoPE block is copied.
+template <int kConverters, int kRows, int kMaxInFlight = 4>
+__device__ __forceinline__ void dequantise(const unsigned char* raw, unsigned char* tile, int row0, int cb, int valid,
                                            int ctid) {
-  constexpr int kChunks = kBlocks * kRows * 8;
-  static_assert(kConverters % 32 == 0 && (kRows * 8) % 32 == 0, "a warp's chunks lie in one block");
+  constexpr int kChunks = kRows * 8;
+  static_assert(kConverters % 32 == 0 && kChunks % 32 == 0, "a warp's chunks lie in the block");
   constexpr int kPerThread = (kChunks + kConverters - 1) / kConverters;
   constexpr int kInFlight = kPerThread < kMaxInFlight ? kPerThread : kMaxInFlight;
+  // ctid < kConverters: where they divide the block evenly, every chunk a thread counts is live.
+  auto live = [&](int k) { return k < kPerThread && (kChunks % kConverters == 0 || ctid + kConverters * k < kChunks); };
+  auto row_of = [&](int k) { return (ctid + kConverters * k) / 8; };
+  auto dst_of = [&](int k) { return tile_offset(cb, row0 + row_of(k), (ctid + kConverters * k) % 8); };
+  if (cb == kRopeBlock) {  // the same block for the whole CTA: no divergence
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      if (!live(k)) continue;
+      const uint4 v = reinterpret_cast<const uint4*>(raw + row_of(k) * kFp8SlotBytes + kFp8RopeOffset)[(ctid + kConverters * k) % 8];
+      *reinterpret_cast<uint4*>(tile + dst_of(k)) = row_of(k) < valid ? v : make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
 #pragma unroll
   for (int k0 = 0; k0 < kPerThread; k0 += kInFlight) {
-    uint4 v[kInFlight];
-    uint32_t dst[kInFlight];
-    bool live[kInFlight];
+    RawChunk r[kInFlight];
+    bool slow = false;
 #pragma unroll
     for (int k = 0; k < kInFlight; ++k) {
-      const int q = ctid + kConverters * (k0 + k);
-      live[k] = k0 + k < kPerThread && q < kChunks;
-      if (!live[k]) continue;
-      const int cb = cb0 + q / (kRows * 8);
-      const int t = (q / 8) % kRows;
-      const int c = q % 8;
-      v[k] = chunk_of(raw + t * kFp8SlotBytes, cb, c, t < valid);
-      dst[k] = tile_offset(cb, row0 + t, c);
+      if (!live(k0 + k)) continue;
+      const unsigned char* slot = raw + row_of(k0 + k) * kFp8SlotBytes;
+      r[k].bits = *reinterpret_cast<const uint2*>(slot + cb * 64 + 8 * ((ctid + kConverters * (k0 + k)) % 8));
+      r[k].scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock];
+      // Stale rows past `valid` are zeroed below, whatever their bytes.
+      slow = slow | (row_of(k0 + k) < valid & needs_conversion_unit(r[k]));
+    }
+    // One decision a warp, so that neither path branches chunk by chunk (the chunks' conversions
+    // then interleave); almost always every warp moves bits.
+    uint4 v[kInFlight];
+    if (__any_sync(0xffffffffu, slow)) {
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k)
+        if (live(k0 + k)) v[k] = conversion_unit_chunk(r[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k)
+        if (live(k0 + k)) v[k] = moved_bits_chunk(r[k]);
     }
 #pragma unroll
     for (int k = 0; k < kInFlight; ++k)
-      if (live[k]) *reinterpret_cast<uint4*>(tile + dst[k]) = v[k];
+      if (live(k0 + k)) *reinterpret_cast<uint4*>(tile + dst_of(k0 + k)) = row_of(k0 + k) < valid ? v[k] : make_uint4(0, 0, 0, 0);
   }
 }
 

@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
 #pragma unroll
       for (int cb = 0; cb < nd::kColBlocks; ++cb) {
         // Four conversions in flight a thread at 16 rows; one at 32 (the kernel has no registers for more).
-        fp8_tile::dequantise<128, kTileTokens, 1, kN == 16 ? 4 : 1>(smem + L::kOffRaw + r * L::kRawBytes,
-                                                                    smem + L::kOffTiles, 0, cb, valid, tid);
+        fp8_tile::dequantise<128, kTileTokens, kN == 16 ? 4 : 1>(smem + L::kOffRaw + r * L::kRawBytes,
+                                                                 smem + L::kOffTiles, 0, cb, valid, tid);
         mma::fence_proxy_async();
         nd::compute_warps_sync();
         if (cb == nd::kColBlocks - 1 && tid == 0) hopper::mbar_arrive(bar.raw_empty(r));  // read
