@@ -35,6 +35,7 @@ def main() -> int:
     ap.add_argument("--shapes", nargs="*", help="default: every shape the tool can express")
     ap.add_argument("--ceilings", action="store_true", help="also measure the GPU ceilings (first run)")
     ap.add_argument("--max-seconds", default="10")
+    ap.add_argument("--bench-args", default="", help="more `attnkit bench` options for every run, one string")
     args = ap.parse_args()
 
     backends = args.backends or gpu_backends(args.tool)
@@ -51,7 +52,7 @@ def main() -> int:
         for backend in backends:
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 cmd = [args.tool, "bench", "--backend", backend, "--preset", "llama3-8b", "--max-seconds",
-                       args.max_seconds, "--json", tmp.name, *bench_args]
+                       args.max_seconds, "--json", tmp.name, *bench_args, *args.bench_args.split()]
                 if ceilings:
                     cmd.append("--ceilings")
                 proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -8,15 +8,16 @@
 # makes one). Shapes are bench/peers/shapes.py names (default: every decode shape). JSON per round and
 # the table go to ./out (or the folder the variable OUT names). AB_TESTS="x_tests y_tests": run those test executables of
 # DIST_A/tests first with DIST_B's library (a B that keeps A's interface is then tested too).
-# AB_ENV_A / AB_ENV_B: environment assignments for one side's runs (one build, two settings:
-# DIST_A and DIST_B may then be the same folder).
+# AB_ENV_A / AB_ENV_B: environment assignments for one side's runs, AB_BENCH_ARGS_A / AB_BENCH_ARGS_B
+# more `attnkit bench` options for them (one build, two settings: DIST_A and DIST_B may then be the
+# same folder; e.g. AB_BENCH_ARGS_B="--hopper-kv-load gather").
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${OUT:-$root/out}"
 mkdir -p "$out"
-[[ $# -ge 2 ]] || { sed -n 2,11p "$0"; exit 2; }
+[[ $# -ge 2 ]] || { sed -n 2,13p "$0"; exit 2; }
 dist_a="$1" dist_b="$2"
 shift 2
 rounds=3
@@ -46,12 +47,13 @@ done
 
 for ((r = 0; r < rounds; ++r)); do
   for side in a b; do
-    dist=$dist_a side_env=${AB_ENV_A:-}
-    [[ $side == b ]] && dist=$dist_b side_env=${AB_ENV_B:-}
+    dist=$dist_a side_env=${AB_ENV_A:-} side_args=${AB_BENCH_ARGS_A:-}
+    [[ $side == b ]] && dist=$dist_b side_env=${AB_ENV_B:-} side_args=${AB_BENCH_ARGS_B:-}
     # The build's own library first: LD_LIBRARY_PATH outranks the binaries' RUNPATH.
     env $side_env LD_LIBRARY_PATH="$root/$dist/lib${cublas_dirs:+:$cublas_dirs}" \
       python3 bench/run_attnkit.py --tool "$dist/attnkit" --json "$out/ab-$side-$r.json" \
-      --backends "$backend" --shapes "${shapes[@]}" --max-seconds "${BENCH_MAX_SECONDS:-5}" >/dev/null ||
+      --backends "$backend" --shapes "${shapes[@]}" --max-seconds "${BENCH_MAX_SECONDS:-5}" \
+      --bench-args "$side_args" >/dev/null ||
       echo "device-ab: $dist round $r FAILED"
   done
 done

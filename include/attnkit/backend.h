@@ -59,7 +59,7 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
 
 // Switches between a backend's own code paths, for comparing them on one machine; the defaults are
 // what each backend runs best with, and a backend ignores the switches that are not its own.
-// `attnkit bench` sets them with --decode-join, --cpu-bf16-dot and --decode-timeline.
+// `attnkit bench` sets them with --decode-join, --cpu-bf16-dot, --hopper-kv-load and --decode-timeline.
 struct BackendOptions {
   // planned: how a decode request split across many CTAs is joined.
   enum class DecodeJoin {
@@ -71,6 +71,12 @@ struct BackendOptions {
   DecodeJoin decode_join = DecodeJoin::all_wait;
   // cpu: bf16 products through AVX512-BF16 where the CPU has it; false keeps f32 products.
   bool cpu_bf16_dot = true;
+  // hopper: how the extend kernel brings K/V tiles into shared memory.
+  enum class HopperKvLoad {
+    by_page_size,  // TMA boxes, one a page piece, where pages have 8 slots or more; else gather (the default)
+    gather,        // rows gathered with cp.async by the producer warpgroup, whatever the page size
+  };
+  HopperKvLoad hopper_kv_load = HopperKvLoad::by_page_size;
   // planned, diagnostics: device memory of [kDecodeTimelineCtas, kDecodeTimelineSlots] u64 that
   // every decode launch fills, row c with CTA c's SM id and %globaltimer stamps (entry, first tile
   // landed, last tile consumed, exit, the start and end of its last split's fence-count-join, the

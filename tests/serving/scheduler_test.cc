@@ -163,7 +163,9 @@ TEST(Scheduler, PromptsRunWholeWithoutChunkedPrefill) {
     auto st = s.schedule(now);
     ASSERT_TRUE(st.has_value());
     for (int i = 0; i < st->batch.batch_size(); ++i) {
-      if (st->batch.qo_len(i) > 1) EXPECT_EQ(st->batch.prefix_lens[i], 0) << "a prompt was cut";
+      if (st->batch.qo_len(i) > 1) {
+        EXPECT_EQ(st->batch.prefix_lens[i], 0) << "a prompt was cut";
+      }
     }
     tokens.push_back(st->batch.num_tokens());
     now += 0.01;

@@ -40,6 +40,7 @@ struct Options {
   std::string requests;   // "PREFIX+NEW[xCOUNT],...": overrides --batch and --kv-len
   bool non_causal = false;
   std::string decode_join = "all-wait";
+  std::string hopper_kv_load = "by-page-size";
   bool cpu_bf16_dot = true;
   std::string decode_timeline;
   ModelEdits edits;
@@ -127,6 +128,10 @@ std::function<int()> add_bench(CLI::App& app) {
       ->check(CLI::IsMember({"true", "false"}))
       ->default_str("true");
   add_cpu_target_option(*cmd);
+  cmd->add_option("--hopper-kv-load", o->hopper_kv_load,
+                  "hopper: K/V tiles into shared memory as TMA boxes where pages have 8 slots or more, else "
+                  "gathered with cp.async (by-page-size), or gathered whatever the page size (gather)")
+      ->check(CLI::IsMember({"by-page-size", "gather"}));
   cmd->add_option("--decode-timeline", o->decode_timeline,
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
@@ -161,6 +166,8 @@ std::function<int()> add_bench(CLI::App& app) {
                                       : o->decode_join == "all-wait-plain" ? Join::all_wait_plain
                                                                            : Join::all_wait;
     opt.backend_options.cpu_bf16_dot = o->cpu_bf16_dot;
+    opt.backend_options.hopper_kv_load = o->hopper_kv_load == "gather" ? BackendOptions::HopperKvLoad::gather
+                                                                       : BackendOptions::HopperKvLoad::by_page_size;
     opt.decode_timeline = o->decode_timeline;
 
     std::vector<std::string> names;

@@ -48,6 +48,16 @@ std::string join_ints(const std::vector<int>& v, const char* if_empty) {
   return s;
 }
 
+// Page sizes for the table: a run of three or more powers of two, each twice the last, as
+// "A..B, 2^k" (the table stays narrow); else the list.
+std::string page_sizes_text(const std::vector<int>& v) {
+  bool doubling = v.size() >= 3;
+  for (size_t i = 1; doubling && i < v.size(); ++i) doubling = v[i] == 2 * v[i - 1];
+  if (doubling && (v.front() & (v.front() - 1)) == 0)
+    return std::to_string(v.front()) + ".." + std::to_string(v.back()) + ", 2^k";
+  return join_ints(v, "any");
+}
+
 std::vector<std::string> features(const Capabilities& c) {
   std::vector<std::string> f;
   auto add = [&](bool on, const char* name) {
@@ -111,7 +121,7 @@ std::function<int()> add_list(CLI::App& app) {
       const Capabilities c = b.capabilities();
       const std::string pages = c.page_sizes.empty()
                                     ? std::to_string(c.min_page_size) + ".." + std::to_string(c.max_page_size)
-                                    : join_ints(c.page_sizes, "any");
+                                    : page_sizes_text(c.page_sizes);
       // An MLA-only backend's dims are its latent's: kv_lora_rank + rope.
       const std::string dims = !c.mha && c.mla ? join_ints(c.mla_dims, "any") + "+" + join_ints(c.mla_rope_dims, "any")
                                : c.head_dims.empty() && c.max_head_dim > 0 ? "<=" + std::to_string(c.max_head_dim)

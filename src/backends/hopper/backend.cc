@@ -42,6 +42,7 @@ hopper::ExtendParams HopperBackend::extend_params(const planned::PrefillParams& 
   static_cast<planned::PrefillParams&>(e) = p;
   e.tile_rows = plan_shape().prefill_rows;
   e.num_tokens = batch().num_tokens();
+  e.gather_kv = options().hopper_kv_load == BackendOptions::HopperKvLoad::gather;
   return e;
 }
 

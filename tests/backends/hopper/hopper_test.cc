@@ -96,6 +96,20 @@ TEST_P(HopperExtend, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, HopperExtend, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return attnkit::testing::param_name(info.param.label); });
 
+// The cp.async gather asked for where pages would take TMA boxes (`--hopper-kv-load gather`).
+TEST(HopperExtendGathered, MatchesReferenceOnPagesBoxesCouldTake) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  BackendOptions options;
+  options.hopper_kv_load = BackendOptions::HopperKvLoad::gather;
+  for (const harness::CheckCase& c : {make_case("page16", 8, 2, 128, 16, {{0, 300}, {517, 129}, {0, 1000}}),
+                                      make_case("d256 page64 chunked", 8, 2, 256, 64, {{1500, 700}, {0, 45}})}) {
+    const harness::CheckResult r = harness::run_check("hopper", c, options);
+    if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
+    EXPECT_TRUE(r.passed) << harness::describe(c) << ": rel error " << r.rel_err << " > " << r.tolerance << "; "
+                          << r.message;
+  }
+}
+
 TEST(HopperSupport, NamesTheFieldAndTheValue) {
   using hopper::KernelKey;
   EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::bf16}, 64, 4), "");

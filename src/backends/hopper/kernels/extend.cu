@@ -100,7 +100,7 @@ void check_extend_params(const ExtendParams& p) {
 void launch_extend(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream) {
   check_extend_params(p);
   if (p.num_work_items == 0) return;
-  with_config(p.head_dim_qk, p.q_dtype, p.page_size < Support::min_tma_page_size,
+  with_config(p.head_dim_qk, p.q_dtype, p.gather_kv || p.page_size < Support::min_tma_page_size,
               [&](auto cfg) { launch_config<decltype(cfg)>(p, maps, stream); });
 }
 

@@ -14,6 +14,9 @@ namespace attnkit::hopper {
 struct ExtendParams : planned::PrefillParams {
   int tile_rows = 0;   // GQA-packed rows of a work item: tile_rows(kBlockM, group) (config.h)
   int num_tokens = 0;  // q's first dimension
+  // K/V rows gathered with cp.async even where pages allow TMA boxes (pages under
+  // Support::min_tma_page_size slots are gathered whatever this says).
+  bool gather_kv = false;
 };
 
 // Q [num_tokens, num_qo_heads, D] as 4-D (D, group, kv_heads, tokens): one box is the tile's
