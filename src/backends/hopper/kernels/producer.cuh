@@ -141,6 +141,9 @@ __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendPara
       }
     }
   }
+  // A gathering thread leaves only once its last copies have landed (their barrier arrivals are
+  // then made), not with cp.async still in flight.
+  if constexpr (C::kGather) ::attnkit::planned::tile::cp_async_wait<0>();
 }
 
 }  // namespace attnkit::hopper
