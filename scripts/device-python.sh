@@ -5,8 +5,9 @@
 # `planned` and the call-overhead benchmark. Works offline: pytest comes from .whl/ if missing.
 #
 #   scripts/device-python.sh OUT_DIR
-# Writes OUT_DIR/pytest.log, pytest.xml, hf_generate.{json,log}, python_overhead{,_cpu}.json and one
-# line a result in OUT_DIR/python-notes.txt (device-check.sh puts them in its summary).
+# Writes OUT_DIR/pytest.log, pytest.xml, hf_generate.{json,log}, accuracy.{json,log},
+# python_overhead{,_cpu}.json and one line a result in OUT_DIR/python-notes.txt (device-check.sh puts
+# them in its summary).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -61,6 +62,14 @@ if $py -c "import transformers" 2>/dev/null; then
   fi
 else
   note "hf_generate: skipped, transformers is not installed here"
+fi
+
+# attnkit's error beside cuDNN's (PyTorch SDPA) against float64, on the same bf16 prompts.
+if $py bench/accuracy.py --device cuda --backends hopper planned --json "$out/accuracy.json" \
+    >"$out/accuracy.log" 2>&1; then
+  note "$(tail -1 "$out/accuracy.log")"
+else
+  note "accuracy: OVER the bound or FAILED ($(tail -1 "$out/accuracy.log"); accuracy.log)"
 fi
 
 for device in cuda cpu; do
