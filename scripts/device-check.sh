@@ -143,7 +143,7 @@ if [[ $run_check == 1 && " $gpu_backends " == *" hopper "* && " $gpu_backends " 
     --backend planned --prefill-backend hopper --decode-backend planned --max-requests 100 --max-context 32768 \
     --json "$out/replay-hybrid.json" --no-progress >"$out/replay-hybrid.log" 2>&1
   if grep -q "no KV page leaked" "$out/replay-hybrid.log"; then
-    note "replay mooncake 100: $(awk '$1 == "planned" || $1 ~ /hopper/ {print $1, "TTFT p50/90/99", $4}' \
+    note "replay mooncake 100: $(awk '$2 == "cuda" && ($1 == "planned" || $1 ~ /hopper/) {print $1, "TTFT p50/90/99", $4}' \
       "$out/replay-hybrid.log" | paste -sd';')"
   else
     note "replay mooncake 100: FAILED or timed out (replay-hybrid.log)"
