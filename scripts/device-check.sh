@@ -195,8 +195,10 @@ if [[ $run_peers == 1 && -n "$gpu_backends" ]]; then
     --save-aot "$out/flashinfer-aot.tar.xz" "${shape_opts[@]}" "${peers_opts[@]}" ${PEERS_ARGS:-} || note "peers FAILED or timed out"
   section "plan time"
   if [[ " $gpu_backends " == *" planned "* ]]; then
-    (cd bench/peers && python3 plan_time.py --tool "$root/$tool" --json "$out/plan_time.json") | tee "$out/plan_time.md" ||
-      note "plan time FAILED"
+    mla_plan=()
+    [[ " $gpu_backends " == *" mla "* ]] && mla_plan=(--mla)
+    (cd bench/peers && python3 plan_time.py --tool "$root/$tool" --json "$out/plan_time.json" ${mla_plan[@]+"${mla_plan[@]}"}) |
+      tee "$out/plan_time.md" || note "plan time FAILED"
     while read -r line; do note "plan $line"; done < <(grep -E '^\| 256' "$out/plan_time.md")
   fi
 fi

@@ -10,7 +10,7 @@ FlashInfer's (one process: the script's own): `plan()` of
 BatchDecodeWithPagedKVCacheWrapper with tensor cores (the decode peer timed beside `planned`), its
 index arrays on the host as its documentation recommends, median of 51 after 5 untimed calls.
 
-    python3 bench/peers/plan_time.py --tool dist/attnkit [--json FILE]
+    python3 bench/peers/plan_time.py --tool dist/attnkit [--json FILE] [--mla]
 """
 import argparse
 import json
@@ -31,18 +31,20 @@ def kv_lens(max_len: int, seed: int = 1):
     return [rng.randint(128, max_len) for _ in range(NUM_REQUESTS)]
 
 
-def attnkit_plan_us(tool: str, lens, processes: int) -> tuple:
+def attnkit_plan_us(tool: str, lens, processes: int, model=("planned", "llama3-8b", PAGE_SIZE, 0)) -> tuple:
     """Medians over `processes` processes of each process's medians (full plan, next step), and
     the full plan's lowest and highest process: on the GPU machines' hosts the same binary planned
     up to 1.6x apart from one process to the next (the core it was given), so one process is not
     the host's figure."""
+    backend, preset, page_size, heads = model
     requests = ",".join(f"{n - 1}+1" for n in lens)
     out = "/tmp/plan_time_attnkit.json"
     full, step = [], []
     for _ in range(processes):
-        subprocess.run([tool, "bench", "--backend", "planned", "--preset", "llama3-8b", "--phase", "decode",
-                        "--page-size", str(PAGE_SIZE), "--requests", requests, "--warmup", "1", "--repeats", "3",
-                        "--json", out], check=True, capture_output=True, text=True)
+        subprocess.run([tool, "bench", "--backend", backend, "--preset", preset, "--phase", "decode",
+                        "--page-size", str(page_size), "--requests", requests, "--warmup", "1", "--repeats", "3",
+                        "--json", out, *(["--heads", str(heads)] if heads else [])],
+                       check=True, capture_output=True, text=True)
         with open(out) as f:
             data = json.load(f)
         rows = data["results"] if isinstance(data, dict) else data
@@ -82,6 +84,7 @@ def main() -> int:
     ap.add_argument("--tool", required=True, help="attnkit's command-line tool")
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--processes", type=int, default=5, help="attnkit processes timed, one after another")
+    ap.add_argument("--mla", action="store_true", help="also time the mla backend's plan (DeepSeek-V3, 16 and 128 heads)")
     args = ap.parse_args()
     rows = []
     print("| batch | attnkit planned plan us, median of processes (lowest-highest) | FlashInfer decode-tc plan us |"
@@ -99,6 +102,19 @@ def main() -> int:
         rows.append({"batch": name, "attnkit_us": ours, "flashinfer_us": theirs, "attnkit_step_us": step,
                      "attnkit_us_lowest": lo, "attnkit_us_highest": hi, "processes": args.processes})
         print(f"| {name} | {ours:.1f} ({lo:.1f}-{hi:.1f}) | {theirs:.1f} | {theirs / ours:.2f} | {step:.1f} |", flush=True)
+    if args.mla:
+        # mla's whole init_forward_metadata (its scheduling metadata and the upload) on DeepSeek-V3's
+        # latent cache, page 64; no peer row (the target is absolute: 256 requests in 20 us).
+        print("| mla batch (deepseek-v3, page 64) | attnkit mla plan us, median of processes (lowest-highest) |"
+              " attnkit next decode step us |")
+        print("|---|---|---|")
+        for heads in (16, 128):
+            lens = kv_lens(4096)
+            ours, step, lo, hi = attnkit_plan_us(args.tool, lens, args.processes, ("mla", "deepseek-v3", 64, heads))
+            name = f"{NUM_REQUESTS} x [128, 4096], {heads} heads"
+            rows.append({"batch": "mla " + name, "attnkit_us": ours, "attnkit_step_us": step,
+                         "attnkit_us_lowest": lo, "attnkit_us_highest": hi, "processes": args.processes})
+            print(f"| {name} | {ours:.1f} ({lo:.1f}-{hi:.1f}) | {step:.1f} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
