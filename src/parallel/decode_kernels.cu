@@ -40,10 +40,12 @@ struct GatherParams {
 // launch, not the bytes, is the cost: K and V share one.
 template <typename Dst, typename Src>
 __global__ void gather_rows_kernel(GatherParams<Dst, Src> p) {
-  const int s = blockIdx.y;
-  const int64_t i = blockIdx.x, row_elems = p.row_elems[s];
-  const Src* src = p.src[s] + int64_t{p.rows[i]} * row_elems;
-  Dst* dst = p.dst[s] + i * row_elems;
+  // Selected, not indexed by blockIdx.y: a runtime index into the parameters would copy them to
+  // local memory.
+  const bool b = blockIdx.y != 0;
+  const int64_t i = blockIdx.x, row_elems = b ? p.row_elems[1] : p.row_elems[0];
+  const Src* src = (b ? p.src[1] : p.src[0]) + int64_t{p.rows[i]} * row_elems;
+  Dst* dst = (b ? p.dst[1] : p.dst[0]) + i * row_elems;
   for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) dst[e] = from_float<Dst>(to_float(src[e]));
 }
 
