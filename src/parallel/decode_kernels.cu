@@ -57,19 +57,19 @@ __global__ void send_state_kernel(float* __restrict__ g_state, const O* __restri
   const int64_t row = blockIdx.x;
   const int64_t local = g_local_of_row[row];
   const int64_t row_elems = int64_t{num_heads} * head_dim;
-  float* s_lse = g_state + row * num_heads;                         // [num_heads]
-  float* s_o = g_state + num_rows * num_heads + row * row_elems;    // [num_heads, head_dim]
+  float* g_row_lse = g_state + row * num_heads;                       // [num_heads]
+  float* g_row_o = g_state + num_rows * num_heads + row * row_elems;  // [num_heads, head_dim]
   for (int h = threadIdx.x; h < num_heads; h += blockDim.x) {
-    s_lse[h] = local >= 0 ? g_lse[local * num_heads + h] : -INFINITY;
+    g_row_lse[h] = local >= 0 ? g_lse[local * num_heads + h] : -INFINITY;
   }
   for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) {
-    s_o[e] = local >= 0 ? to_float(g_o[local * row_elems + e]) : 0.0f;
+    g_row_o[e] = local >= 0 ? to_float(g_o[local * row_elems + e]) : 0.0f;
   }
 }
 
 // One warp a (row, head), a lane every 32nd element of it. Each lane folds the states in their
-// order as merge_states does (the largest LSE first, then weights e^(lse - max) summed in double),
-// so every element, and every rank's merge of the same states, is computed alike.
+// order as merge_states does (the largest LSE found first, then the weights e^(lse - max) summed
+// in double), so every element, and every rank's merge of the same states, is computed alike.
 template <typename Out>
 __global__ void merge_states_kernel(Out* __restrict__ g_out, const float* __restrict__ g_states, int num_states,
                                     int64_t num_rows, int num_heads, int head_dim) {
