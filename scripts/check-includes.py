@@ -48,7 +48,7 @@ def rule_for(rel):
         return ('backend %s (src/%s)' % (parts[2], own), allowed, (),
                 'a backend includes no other backend but the one it is built on (BACKEND_BASES)')
     if layer == 'parallel':
-        return ('context parallelism (src/parallel)', ['attnkit/', 'core/', 'parallel/'], (),
+        return ('context parallelism (src/parallel)', ['attnkit/', 'core/', 'cuda/', 'parallel/'], (),
                 'context parallelism runs backends through the public interface and reaches no backend')
     if layer == 'harness':
         return ('the harness (src/harness)', ['attnkit/', 'cuda/', 'harness/', HWY], HARNESS_EXCEPTIONS,

@@ -17,7 +17,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Where all_gather's buffers live: cpu for the in-process group, cuda for NCCL.
+  // Where all_gather's buffers live: cuda for NCCL; the in-process group's is its own choice.
   virtual Device device() const = 0;
   // recv [size() * bytes] gets every rank's send [bytes], rank r's at offset r * bytes; every rank
   // passes the same size. On cuda: device memory, queued on `stream` (a cudaStream_t; null: the
@@ -29,10 +29,16 @@ class Communicator {
   }
 };
 
-// `size` ranks in one process, on the host, run one after another on one thread (not thread-safe).
-// A collective completes when the last rank has made its call: recv of every rank is written then,
-// so a rank's step is split at the collective (ContextParallelDecode: attend, then merge), and the
-// step reads recv only after every rank has run its part up to there.
+// `size` ranks in one process, run one after another on one thread (not thread-safe). A collective
+// completes when the last rank has made its call: recv of every rank is written then, so a rank's
+// step is split at the collective (ContextParallelDecode: attend, then merge), and the step reads
+// recv only after every rank has run its part up to there.
+//
+// On Device::cpu the buffers are host memory and copied at once. On Device::cuda they are device
+// memory (the ranks share one GPU) and every copy is queued on the stream the ranks pass, one
+// stream for all of a round's calls, with no wait on the host: each rank's send is copied aside at
+// its call (so work queued after the call may rewrite it), and the gathered bytes into every
+// rank's recv at the last call.
 //
 // Why sequential ranks and not a thread a rank with a barrier: it is the simpler that is correct
 // here. The ranks share what one-rank programs share (the cpu backend's process-wide thread pool,
@@ -40,12 +46,14 @@ class Communicator {
 // the one the NCCL path keeps in stream order anyway.
 class InProcessGroup {
  public:
-  explicit InProcessGroup(int size);  // throws attnkit::Error for size < 1
+  // Throws attnkit::Error for size < 1.
+  explicit InProcessGroup(int size, Device device = Device::cpu);
   ~InProcessGroup();
   InProcessGroup(const InProcessGroup&) = delete;
   InProcessGroup& operator=(const InProcessGroup&) = delete;
 
   int size() const { return static_cast<int>(ranks_.size()); }
+  Device device() const;
   Communicator& rank(int r);
 
  private:

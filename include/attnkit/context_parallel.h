@@ -111,12 +111,19 @@ class ShardedPageTables {
 // both, in that order. Every rank's merge reads the same gathered states in the same order, so
 // every rank's output is the same, bit for bit.
 //
+// On a GPU backend the communicator must gather on the GPU too (NCCL, or InProcessGroup on
+// Device::cuda), and the step stays there: plan() uploads the share's index arrays and sizes the
+// step's buffers once a batch; attend() and merge() only queue kernels and the collective on the
+// calling thread's default stream, where the backends queue theirs, with no host copy or wait.
+// On a CPU backend the rows are staged and merged on the host.
+//
 // Refused (attnkit::Error at plan): sliding windows, sinks, score_mod / mask_mod and custom masks,
 // whose positions or softmax terms a share does not see whole.
 class ContextParallelDecode {
  public:
   // `backend`'s cache is this rank's; all three outlive this object.
   ContextParallelDecode(Communicator& comm, AttentionBackend& backend, const ShareLayout& layout);
+  ~ContextParallelDecode();
 
   // Once per batch: this rank's share of `global` (a decode batch), planned on the backend. The
   // batch must stay alive and unchanged until the next plan.
@@ -130,6 +137,12 @@ class ContextParallelDecode {
   const LocalShare& share() const { return share_; }
 
  private:
+  struct DeviceStep;  // a GPU backend's index arrays and step buffers (decode.cc)
+  void plan_device(const ForwardBatch& global);
+  void attend_device(int layer, const TensorView& q, const TensorView& k, const TensorView& v);
+  void attend_host(int layer, const TensorView& q, const TensorView& k, const TensorView& v);
+  void merge_host(const TensorView& out);
+
   Communicator& comm_;
   AttentionBackend& backend_;
   ShareLayout layout_;
@@ -140,8 +153,9 @@ class ContextParallelDecode {
   // Rank r's gathered state at r * state_floats: lse [batch_size, num_qo_heads], then
   // o [batch_size, num_qo_heads, head_dim_vo], in f32.
   int64_t state_floats_ = 0;
-  std::vector<float> send_host_, recv_host_;
-  Buffer send_, recv_;  // on the communicator's device where it is not the host
+  std::vector<float> send_host_, recv_host_;  // a CPU backend's
+  Buffer send_, recv_;  // a CPU backend's, on the communicator's device where it is not the host
+  std::unique_ptr<DeviceStep> device_;  // a GPU backend's
 };
 
 // Causal prefill, zig-zag: each request's new tokens are cut into 2 * num_ranks chunks, and rank r

@@ -16,6 +16,7 @@ void device_free(void*) noexcept {}
 void copy_host_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_device_to_host(void*, const void*, size_t) { no_cuda(); }
 void copy_device_to_device(void*, const void*, size_t) { no_cuda(); }
+void copy_device_to_device_async(void*, const void*, size_t, void*) { no_cuda(); }
 void device_memset(void*, uint8_t, size_t) { no_cuda(); }
 void device_synchronize() { no_cuda(); }
 std::string why_unavailable() { return "built without CUDA"; }

@@ -28,6 +28,10 @@ void copy_device_to_host(void* dst, const void* src, size_t nbytes) {
 void copy_device_to_device(void* dst, const void* src, size_t nbytes) {
   if (nbytes) ATTNKIT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToDevice));
 }
+void copy_device_to_device_async(void* dst, const void* src, size_t nbytes, void* stream) {
+  const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamPerThread;
+  if (nbytes) ATTNKIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s));
+}
 void device_memset(void* dst, uint8_t value, size_t nbytes) {
   if (nbytes) ATTNKIT_CUDA_CHECK(cudaMemset(dst, value, nbytes));
 }

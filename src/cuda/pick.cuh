@@ -24,6 +24,10 @@ struct TypeTag {
 template <DType, typename E4m3 = __nv_fp8_e4m3>
 struct ElementType;
 template <typename E4m3>
+struct ElementType<DType::f32, E4m3> {
+  using type = float;
+};
+template <typename E4m3>
 struct ElementType<DType::bf16, E4m3> {
   using type = __nv_bfloat16;
 };

@@ -5,27 +5,14 @@
 
 #include "core/store_kv.h"
 #include "cuda/check.h"
+#include "cuda/convert.cuh"
 
 namespace attnkit {
 
 namespace {
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __nv_fp8_storage_t from_float<__nv_fp8_storage_t>(float x) {
-  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-}
+using cuda::from_float;
+using cuda::to_float;
 
 // One pool's side of a store: src row t goes to pool row out_cache_loc[t], divided by scale (the
 // quotient itself is rounded: value * (1 / scale) lands a step away for some values).

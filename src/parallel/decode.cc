@@ -1,5 +1,6 @@
 // ContextParallelDecode: one rank's decode step over its share, gathered and merged with every
-// other rank's (attnkit/context_parallel.h).
+// other rank's (attnkit/context_parallel.h): on a GPU backend all on the device (the kernels are
+// decode_kernels.h's), on a CPU backend through the host.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "attnkit/error.h"
 #include "attnkit/merge.h"
 #include "parallel/checks.h"
+#include "parallel/decode_kernels.h"
 
 namespace attnkit {
 namespace {
@@ -30,7 +32,52 @@ void gather_rows(const TensorView& dst, const TensorView& src, const std::vector
   for (size_t i = 0; i < rows.size(); ++i) copy(row_of(dst, static_cast<int64_t>(i)), row_of(src, rows[i]));
 }
 
+// Where one layer's step keeps its rows and states in the device workspace, in bytes from its
+// start, each region 256-byte aligned: the local q rows [local, heads, dk] and o [local, heads, dv]
+// in the partial dtype, lse [local, heads] f32, the stored K and V rows [stored, kv_heads, d] in
+// k's dtype (MLA: K only), the send state and every rank's gathered one (f32).
+struct StepLayout {
+  size_t q = 0, o = 0, lse = 0, k = 0, v = 0, send = 0, recv = 0, bytes = 0;
+};
+
+StepLayout step_layout(const AttentionSpec& spec, int64_t n, int64_t local, int64_t stored, int ranks,
+                       size_t part_bytes, size_t kv_bytes) {
+  const auto heads = static_cast<size_t>(spec.num_qo_heads), kv_heads = static_cast<size_t>(spec.num_kv_heads);
+  const auto dk = static_cast<size_t>(spec.head_dim_qk), dv = static_cast<size_t>(spec.head_dim_vo);
+  const auto rows = static_cast<size_t>(n), local_rows = static_cast<size_t>(local);
+  const auto stored_rows = static_cast<size_t>(stored);
+  StepLayout l;
+  auto region = [&](size_t nbytes) {
+    const size_t begin = l.bytes;
+    l.bytes = (l.bytes + nbytes + 255) / 256 * 256;
+    return begin;
+  };
+  l.q = region(local_rows * heads * dk * part_bytes);
+  l.o = region(local_rows * heads * dv * part_bytes);
+  l.lse = region(local_rows * heads * sizeof(float));
+  l.k = region(stored_rows * kv_heads * dk * kv_bytes);
+  l.v = region(spec.is_mla() ? 0 : stored_rows * kv_heads * dv * kv_bytes);
+  const size_t state_bytes = rows * heads * (dv + 1) * sizeof(float);
+  l.send = region(state_bytes);
+  l.recv = region(state_bytes * static_cast<size_t>(ranks));
+  return l;
+}
+
 }  // namespace
+
+// A GPU backend's plan: the share's index arrays on the device (uploaded once a batch), and one
+// workspace for every layer's step (StepLayout), reallocated only when a batch needs more.
+struct ContextParallelDecode::DeviceStep {
+  Buffer index;      // slots [stored] i64, then request_idx [local], token_idx [stored], local_of_row [n] i32
+  Buffer workspace;  // the largest StepLayout of the batch's layers
+  int64_t* slots = nullptr;
+  int32_t* request_idx = nullptr;   // the global row of each local one
+  int32_t* token_idx = nullptr;     // the global row of each token this rank stores
+  int32_t* local_of_row = nullptr;  // the local row of each global one, -1 where this rank holds none
+  size_t recv_at = 0;               // where the last attend() gathers the states, in the workspace
+};
+
+ContextParallelDecode::~ContextParallelDecode() = default;
 
 ContextParallelDecode::ContextParallelDecode(Communicator& comm, AttentionBackend& backend, const ShareLayout& layout)
     : comm_(comm), backend_(backend), layout_(layout) {
@@ -48,6 +95,15 @@ ContextParallelDecode::ContextParallelDecode(Communicator& comm, AttentionBacken
     ATTNKIT_CHECK(why == nullptr, "context parallel decode: layer ", l, " has ", why,
                   ", which a share of the history cannot apply");
   }
+  const Device device = backend_.caps().device;
+  if (device != Device::cpu) {
+    // The step's states stay in device memory: a communicator that gathers on the host would need
+    // them copied out and back, with a wait, every layer.
+    ATTNKIT_CHECK(comm_.device() == device, "context parallel decode: backend ", backend_.name(), " runs on ",
+                  device_name(device), ", so the communicator must gather on ", device_name(device), " too, got one on ",
+                  device_name(comm_.device()), " (InProcessGroup(size, Device::", device_name(device), "), or NCCL)");
+    device_ = std::make_unique<DeviceStep>();
+  }
 }
 
 void ContextParallelDecode::plan(const ForwardBatch& global) {
@@ -55,8 +111,42 @@ void ContextParallelDecode::plan(const ForwardBatch& global) {
   share_ = local_share(global, layout_, comm_.rank());
   // The backend keeps a pointer to the batch it plans: share_'s, which lives until the next plan.
   if (share_.batch.batch_size() > 0) backend_.init_forward_metadata(share_.batch);
+  if (device_) plan_device(global);
   global_ = &global;
   layer_ = -1;
+}
+
+void ContextParallelDecode::plan_device(const ForwardBatch& global) {
+  DeviceStep& d = *device_;
+  const int64_t n = global.batch_size(), local = share_.batch.batch_size();
+  const auto stored = static_cast<int64_t>(share_.store.token_idx.size());
+  std::vector<int32_t> local_of_row(static_cast<size_t>(n), -1);
+  for (int64_t i = 0; i < local; ++i) local_of_row[static_cast<size_t>(share_.request_idx[static_cast<size_t>(i)])] =
+      static_cast<int32_t>(i);
+  // One upload a batch: the i64 slots first (aligned), then the i32 arrays.
+  std::vector<uint8_t> host;
+  auto append = [&host](const auto& values) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+    host.insert(host.end(), bytes, bytes + values.size() * sizeof(values[0]));
+  };
+  append(share_.store.slots);
+  append(share_.request_idx);
+  append(share_.store.token_idx);
+  append(local_of_row);
+  if (d.index.nbytes() < host.size()) d.index = Buffer(backend_.caps().device, host.size());
+  if (!host.empty()) d.index.copy_from_host(host.data(), host.size());
+  auto* base = static_cast<uint8_t*>(d.index.data());
+  d.slots = reinterpret_cast<int64_t*>(base);
+  d.request_idx = reinterpret_cast<int32_t*>(base + stored * sizeof(int64_t));
+  d.token_idx = d.request_idx + local;
+  d.local_of_row = d.token_idx + stored;
+  // Sized for f32 rows, the widest the step takes, on the layer that needs the most.
+  size_t bytes = 0;
+  for (int l = 0; l < backend_.model().num_layers(); ++l) {
+    bytes = std::max(bytes, step_layout(backend_.model().layer(l), n, local, stored, comm_.size(), sizeof(float),
+                                        sizeof(float)).bytes);
+  }
+  if (d.workspace.nbytes() < bytes) d.workspace = Buffer(backend_.caps().device, bytes);
 }
 
 void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorView& k, const TensorView& v) {
@@ -72,6 +162,56 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
   } else {
     parallel::check_rows(kWho, "v", v, n, spec.num_kv_heads, spec.head_dim_vo, q.dtype, device);
   }
+  state_floats_ = n * spec.num_qo_heads * (spec.head_dim_vo + 1);
+  if (device_) {
+    attend_device(layer, q, k, v);
+  } else {
+    attend_host(layer, q, k, v);
+  }
+  layer_ = layer;
+  q_dtype_ = q.dtype;
+}
+
+void ContextParallelDecode::attend_device(int layer, const TensorView& q, const TensorView& k, const TensorView& v) {
+  DeviceStep& d = *device_;
+  const AttentionSpec& spec = backend_.model().layer(layer);
+  const int64_t n = global_->batch_size(), heads = spec.num_qo_heads, dk = spec.head_dim_qk, dv = spec.head_dim_vo;
+  const int64_t local = share_.batch.batch_size();
+  const auto stored = static_cast<int64_t>(share_.store.token_idx.size());
+  const Device device = backend_.caps().device;
+  const DType part_dtype = parallel::partial_dtype(backend_.caps(), q.dtype);
+  const StepLayout l =
+      step_layout(spec, n, local, stored, comm_.size(), dtype_size(part_dtype), dtype_size(k.dtype));
+  auto* w = static_cast<uint8_t*>(d.workspace.data());
+
+  if (stored > 0) {  // the new K/V whose positions are this rank's, into its cache
+    const parallel::RowGather k_side{w + l.k, k.dtype, k.data, k.dtype, k.numel() / n};
+    const parallel::RowGather v_side =
+        spec.is_mla() ? parallel::RowGather{} : parallel::RowGather{w + l.v, v.dtype, v.data, v.dtype, v.numel() / n};
+    parallel::gather_rows_cuda(d.token_idx, stored, k_side, v_side);
+    const TensorView k_rows(w + l.k, k.dtype, device, {stored, k.dim(1), k.dim(2)});
+    const TensorView v_rows =
+        spec.is_mla() ? TensorView() : TensorView(w + l.v, v.dtype, device, {stored, v.dim(1), v.dim(2)});
+    backend_.cache().store(layer, k_rows, v_rows, TensorView(d.slots, DType::i64, device, {stored}));
+  }
+  if (local > 0) {  // the backend then stores nothing (k and v empty)
+    parallel::gather_rows_cuda(d.request_idx, local, {w + l.q, part_dtype, q.data, q.dtype, heads * dk});
+    backend_.forward(layer, TensorView(w + l.q, part_dtype, device, {local, heads, dk}), TensorView(), TensorView(),
+                     TensorView(w + l.o, part_dtype, device, {local, heads, dv}),
+                     TensorView(w + l.lse, DType::f32, device, {local, heads}));
+  }
+  auto* send = reinterpret_cast<float*>(w + l.send);
+  parallel::write_send_state_cuda(send, w + l.o, part_dtype, reinterpret_cast<const float*>(w + l.lse),
+                                  d.local_of_row, n, static_cast<int>(heads), static_cast<int>(dv));
+  // No stream: the calling thread's default one, where the backends and the kernels above queue.
+  comm_.all_gather(send, reinterpret_cast<float*>(w + l.recv), state_floats_);
+  d.recv_at = l.recv;
+}
+
+void ContextParallelDecode::attend_host(int layer, const TensorView& q, const TensorView& k, const TensorView& v) {
+  const AttentionSpec& spec = backend_.model().layer(layer);
+  const int64_t n = global_->batch_size();
+  const Device device = backend_.caps().device;
   const int64_t heads = spec.num_qo_heads, dv = spec.head_dim_vo;
   const int64_t local = share_.batch.batch_size();
   const auto num_stored = static_cast<int64_t>(share_.store.token_idx.size());
@@ -95,7 +235,6 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
   }
 
   // This rank's state of every global row: empty (lse -inf, o 0) where it holds none of the request.
-  state_floats_ = n * heads * (dv + 1);
   send_host_.assign(static_cast<size_t>(state_floats_), 0.0f);
   std::fill(send_host_.begin(), send_host_.begin() + n * heads, -std::numeric_limits<float>::infinity());
   if (local > 0) {
@@ -143,15 +282,25 @@ void ContextParallelDecode::attend(int layer, const TensorView& q, const TensorV
     send_.copy_from_host(send_host_.data(), bytes);
     comm_.all_gather(static_cast<const float*>(send_.data()), static_cast<float*>(recv_.data()), state_floats_);
   }
-  layer_ = layer;
-  q_dtype_ = q.dtype;
 }
 
 void ContextParallelDecode::merge(const TensorView& out) {
   ATTNKIT_CHECK(layer_ >= 0, "context parallel decode: attend must be called before merge");
   const AttentionSpec& spec = backend_.model().layer(layer_);
-  const int64_t n = global_->batch_size(), heads = spec.num_qo_heads, dv = spec.head_dim_vo;
+  const int64_t n = global_->batch_size();
   parallel::check_rows(kWho, "out", out, n, spec.num_qo_heads, spec.head_dim_vo, q_dtype_, backend_.caps().device);
+  if (!device_) {
+    merge_host(out);
+    return;
+  }
+  const auto* recv =
+      reinterpret_cast<const float*>(static_cast<const uint8_t*>(device_->workspace.data()) + device_->recv_at);
+  parallel::merge_states_cuda(out.data, out.dtype, recv, comm_.size(), n, spec.num_qo_heads, spec.head_dim_vo);
+}
+
+void ContextParallelDecode::merge_host(const TensorView& out) {
+  const AttentionSpec& spec = backend_.model().layer(layer_);
+  const int64_t n = global_->batch_size(), heads = spec.num_qo_heads, dv = spec.head_dim_vo;
   if (comm_.device() != Device::cpu) {
     synchronize(comm_.device());
     recv_.copy_to_host(recv_host_.data(), recv_host_.size() * sizeof(float));

@@ -115,7 +115,7 @@ std::string ContextParallelAttention::why_not(const std::string& backend) {
 
 ContextParallelAttention::ContextParallelAttention(const ModelSpec& model, const std::string& backend,
                                                    const std::vector<KvCache*>& caches, const ShareLayout& layout)
-    : device_(Registry::global().get(backend).device), group_(layout.num_ranks) {
+    : device_(Registry::global().get(backend).device), group_(layout.num_ranks, device_) {
   const std::string why = why_not(backend);
   ATTNKIT_CHECK(why.empty(), "replay --cp: ", why);
   ATTNKIT_CHECK(static_cast<int>(caches.size()) == layout.num_ranks, "replay --cp: ", layout.num_ranks,

@@ -2,9 +2,9 @@
 // its own cache (one share of every request's pages, ShareLayout) and runs the named backend over
 // it; decode requests go through ContextParallelDecode, prompts through ContextParallelPrefill's
 // zig-zag split, and the merged output lands in the step's rows as one backend's would. The ranks
-// run one after another on this thread (InProcessGroup), on the CPU or on one GPU, their rows
-// staged through the host: a step's time is the ranks' sum and the copies', a correctness and
-// memory run, not a speed one.
+// run one after another on this thread (InProcessGroup, on the backend's device), on the CPU or on
+// one GPU, the step's rows staged through the host: a step's time is the ranks' sum and the
+// copies', a correctness and memory run, not a speed one.
 #pragma once
 
 #include <memory>

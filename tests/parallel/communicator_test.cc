@@ -1,21 +1,29 @@
-// The in-process group's all-gather, and the NCCL entry points of a build without NCCL.
+// The in-process group's all-gather on the host and on one GPU, and the NCCL entry points of a
+// build without NCCL.
 #include "attnkit/communicator.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attnkit/error.h"
+#include "attnkit/tensor.h"
+#include "gpu_test.h"
 
 namespace attnkit {
 namespace {
 
-TEST(InProcessGroup, AllGatherCompletesWhenTheLastRankCalls) {
-  InProcessGroup group(3);
+void expect_gathers_when_the_last_rank_calls(InProcessGroup& group) {
+  ASSERT_EQ(group.device(), Device::cpu);
   std::vector<std::vector<float>> recv(3, std::vector<float>(6, -1.0f));
   for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(group.rank(r).device(), Device::cpu);
     const std::vector<float> send = {float(r), float(10 * r)};
-    group.rank(r).all_gather(send.data(), recv[static_cast<size_t>(r)].data(), 2);
+    // The host group has no stream to keep: whatever a rank passes is ignored.
+    group.rank(r).all_gather(send.data(), recv[static_cast<size_t>(r)].data(), 2,
+                             reinterpret_cast<void*>(static_cast<uintptr_t>(r)));
     if (r < 2) {
       EXPECT_EQ(recv[0][0], -1.0f) << "written before every rank called";
     }
@@ -28,6 +36,71 @@ TEST(InProcessGroup, AllGatherCompletesWhenTheLastRankCalls) {
   }
   EXPECT_EQ(recv[2][0], 1.0f);
   EXPECT_EQ(recv[2][2], 3.0f);
+}
+
+TEST(InProcessGroup, AllGatherCompletesWhenTheLastRankCalls) {
+  InProcessGroup group(3);
+  expect_gathers_when_the_last_rank_calls(group);
+}
+
+TEST(InProcessGroup, OnTheHostWhenAskedAsByDefault) {
+  InProcessGroup group(3, Device::cpu);
+  expect_gathers_when_the_last_rank_calls(group);
+}
+
+// On one GPU: device buffers, the copies queued on the calling thread's default stream. A rank's
+// send is taken at its call: rewriting it afterwards changes nothing the others receive.
+TEST(InProcessGroup, AllGatherOfDeviceBuffersOnOneGpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  InProcessGroup group(3, Device::cuda);
+  EXPECT_EQ(group.device(), Device::cuda);
+  EXPECT_EQ(group.rank(2).device(), Device::cuda);
+  std::vector<Buffer> send, recv;
+  const std::vector<float> poison(6, -1.0f);
+  for (int r = 0; r < 3; ++r) {
+    send.emplace_back(Device::cuda, 2 * sizeof(float));
+    recv.emplace_back(Device::cuda, 6 * sizeof(float));
+    recv.back().copy_from_host(poison.data(), 6 * sizeof(float));
+  }
+  auto download = [&](int r) {
+    std::vector<float> got(6);
+    synchronize(Device::cuda);
+    recv[static_cast<size_t>(r)].copy_to_host(got.data(), 6 * sizeof(float));
+    return got;
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (int r = 0; r < 3; ++r) {
+      Buffer& s = send[static_cast<size_t>(r)];
+      const std::vector<float> values = {float(r + round), float(10 * r)};
+      s.copy_from_host(values.data(), 2 * sizeof(float));
+      group.rank(r).all_gather(static_cast<const float*>(s.data()),
+                               static_cast<float*>(recv[static_cast<size_t>(r)].data()), 2);
+      const std::vector<float> rewritten = {99.0f, 99.0f};
+      s.copy_from_host(rewritten.data(), 2 * sizeof(float));
+      if (round == 0 && r < 2) {
+        EXPECT_EQ(download(0), poison) << "written before every rank called";
+      }
+    }
+    for (int r = 0; r < 3; ++r) {
+      const float f = float(round);
+      EXPECT_EQ(download(r), (std::vector<float>{f, 0, f + 1, 10, f + 2, 20})) << "round " << round << " rank " << r;
+    }
+  }
+}
+
+// The device group's copies of one round are ordered by the one stream its ranks pass. Checked
+// before any copy, so a round of no bytes shows it without a GPU.
+TEST(InProcessGroup, RefusesADeviceRankOnAnotherStream) {
+  InProcessGroup group(2, Device::cuda);
+  group.rank(0).all_gather_bytes(nullptr, nullptr, 0);
+  try {
+    group.rank(1).all_gather_bytes(nullptr, nullptr, 0, reinterpret_cast<void*>(uintptr_t{1}));
+    FAIL() << "rank 1 passed another stream than rank 0";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "in-process all_gather: rank 1 passes another stream than the 1 rank(s) before it in this round, "
+                 "expected the same one (a round's copies are ordered by one)");
+  }
 }
 
 TEST(InProcessGroup, RefusesARankThatRunsAheadOrDisagrees) {

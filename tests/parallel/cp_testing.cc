@@ -22,17 +22,17 @@ Staged on_device(Device device, const TensorView& host) {
   return s;
 }
 
-Staged random_bf16(std::vector<int64_t> shape, uint64_t seed, float lo, float hi) {
-  Staged s(Device::cpu, DType::bf16, std::move(shape));
+Staged random_values(DType dtype, std::vector<int64_t> shape, uint64_t seed, float lo, float hi) {
+  Staged s(Device::cpu, dtype, std::move(shape));
   fill_uniform(s.host(), seed, lo, hi);
   return s;
 }
 }  // namespace
 
-LayerInputs::LayerInputs(const AttentionSpec& spec, int64_t rows, uint64_t seed)
-    : q(random_bf16({rows, spec.num_qo_heads, spec.head_dim_qk}, seed + 0, -2.0f, 2.0f)),
-      k(random_bf16({rows, spec.num_kv_heads, spec.head_dim_qk}, seed + 1, -1.0f, 1.0f)),
-      v(random_bf16({rows, spec.num_kv_heads, spec.head_dim_vo}, seed + 2, -1.0f, 1.0f)),
+LayerInputs::LayerInputs(const AttentionSpec& spec, int64_t rows, uint64_t seed, DType dtype)
+    : q(random_values(dtype, {rows, spec.num_qo_heads, spec.head_dim_qk}, seed + 0, -2.0f, 2.0f)),
+      k(random_values(dtype, {rows, spec.num_kv_heads, spec.head_dim_qk}, seed + 1, -1.0f, 1.0f)),
+      v(random_values(dtype, {rows, spec.num_kv_heads, spec.head_dim_vo}, seed + 2, -1.0f, 1.0f)),
       q32(harness::widen_to_f32(q)),
       k32(harness::widen_to_f32(k)),
       v32(harness::widen_to_f32(v)) {}
@@ -48,7 +48,7 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
   }
   KvCacheConfig cfg = KvCacheConfig::for_spec(c.spec, c.num_layers);
   cfg.page_size = c.page_size;
-  cfg.dtype = DType::bf16;
+  cfg.dtype = c.dtype;
   cfg.num_pages = static_cast<int>(total_pages);  // a rank could hold every page
   layout = {
       .kind = c.kind, .num_ranks = c.num_ranks, .pages_per_run = c.pages_per_run, .rank_num_pages = cfg.num_pages};
@@ -67,7 +67,7 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
   ref_batch = build_batch(*ref_cache, steps);
 
   // The history (every token before the new ones) into the reference's cache and, each token on
-  // the rank of its page, into the ranks' caches: the same f32 values, rounded to bf16 by the store.
+  // the rank of its page, into the ranks' caches: the same f32 values, rounded by the store.
   std::vector<int64_t> ref_slots;
   std::vector<std::vector<int64_t>> rank_rows(static_cast<size_t>(c.num_ranks)), rank_slots(rank_rows.size());
   for (int i = 0; i < global.batch_size(); ++i) {
@@ -108,7 +108,7 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
     }
   }
 
-  group = std::make_unique<InProcessGroup>(c.num_ranks);
+  group = std::make_unique<InProcessGroup>(c.num_ranks, device);  // a GPU rank's states stay on the GPU
   for (int r = 0; r < c.num_ranks; ++r) {
     backends.push_back(create_backend(c.backend, {&model, caches[static_cast<size_t>(r)].get()}));
     ranks.push_back(std::make_unique<ContextParallelDecode>(group->rank(r), *backends.back(), layout));
@@ -123,7 +123,7 @@ CpWorld::Step CpWorld::step() {
   const int64_t n = global.batch_size();
   const AttentionSpec& sp = c.spec;
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    const LayerInputs in(sp, n, c.seed * 1000003 + static_cast<uint64_t>(layer) * 4);
+    const LayerInputs in(sp, n, c.seed * 1000003 + static_cast<uint64_t>(layer) * 4, c.dtype);
     Staged ref_out(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_vo});
     ref_out.poison();
     ref->forward(layer, in.q32.host(), in.k32.host(), in.v32.host(), ref_out.host());
@@ -133,7 +133,7 @@ CpWorld::Step CpWorld::step() {
     for (auto& rank : ranks) rank->attend(layer, q.dev(), k.dev(), v.dev());
     std::vector<Staged> outs;
     for (int r = 0; r < c.num_ranks; ++r) {
-      outs.emplace_back(device, DType::bf16, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
+      outs.emplace_back(device, c.dtype, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
       outs.back().poison();
       ranks[static_cast<size_t>(r)]->merge(outs.back().dev());
       synchronize(device);

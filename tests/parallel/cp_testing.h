@@ -14,9 +14,9 @@
 
 namespace attnkit::cp_testing {
 
-// One layer's random q, k, v of `rows` tokens, in bf16 on the host, and their exact f32 copies.
+// One layer's random q, k, v of `rows` tokens, in `dtype` on the host, and their exact f32 copies.
 struct LayerInputs {
-  LayerInputs(const AttentionSpec& spec, int64_t rows, uint64_t seed);
+  LayerInputs(const AttentionSpec& spec, int64_t rows, uint64_t seed, DType dtype = DType::bf16);
   harness::Staged q, k, v;
   harness::Staged q32, k32, v32;
 };
@@ -32,6 +32,7 @@ struct CpCase {
   std::vector<int64_t> kv_lens;  // each request's length after this step, its one new token included
   int num_layers = 2;
   uint64_t seed = 1;
+  DType dtype = DType::bf16;  // q, k, v, the output and every cache
 };
 
 // The ranks of one case: built (caches, page tables, history written, plans made) by the

@@ -1,6 +1,7 @@
 // ContextParallelDecode on the CPU backends against `reference` over the unsharded history: 2, 3
 // and 8 ranks, both share layouts, lengths that the ranks do not divide, empty shares, GQA
 // (llama3-8b's heads and small ones), a bf16 cache; bit-identical on every rank and run to run.
+// On one GPU (`planned`), the device step the same ways, in bf16 and f16.
 //
 // The bound is default_tolerance(bf16, bf16), the one the backends' own tests use (4 units of
 // bf16 roundoff of max|reference|): every rank reads the same rounded q and cache bytes as the
@@ -22,7 +23,7 @@ using cp_testing::CpWorld;
 void expect_matches_reference(const CpCase& c) {
   CpWorld world(c);
   const CpWorld::Step s = world.step();
-  const double tolerance = default_tolerance(DType::bf16, DType::bf16);
+  const double tolerance = default_tolerance(c.dtype, c.dtype);
   EXPECT_LE(s.rel_err, tolerance) << c.label << ": " << s.message;
   EXPECT_TRUE(s.ranks_agree) << c.label << ": the ranks' merged outputs differ";
 }
@@ -40,6 +41,29 @@ CpCase small_case(const std::string& backend, int num_ranks, ShareKind kind) {
   c.label = backend + " " + std::to_string(num_ranks) + " ranks " +
             (kind == ShareKind::contiguous ? "contiguous" : "interleaved");
   return c;
+}
+
+// small_case on `planned` (head dims 64, 128 or 256), pages of 16.
+CpCase planned_case(int num_ranks, ShareKind kind, int head_dim, std::vector<int64_t> kv_lens) {
+  CpCase c = small_case("planned", num_ranks, kind);
+  c.spec = AttentionSpec::dense(8, 2, head_dim);
+  c.page_size = 16;
+  c.kv_lens = std::move(kv_lens);
+  return c;
+}
+
+// Every request of `c` (8 ranks, interleaved) fits in its first page: ranks 1..7 hold nothing,
+// plan no backend work and store nothing, and their states (all empty) merge with rank 0's.
+void expect_ranks_with_nothing_give_empty_states(const CpCase& c) {
+  CpWorld world(c);
+  for (int r = 1; r < 8; ++r) {
+    EXPECT_EQ(world.ranks[static_cast<size_t>(r)]->share().batch.batch_size(), 0) << r;
+    EXPECT_TRUE(world.ranks[static_cast<size_t>(r)]->share().store.token_idx.empty()) << r;
+  }
+  EXPECT_EQ(world.ranks[0]->share().batch.batch_size(), 3);
+  const CpWorld::Step s = world.step();
+  EXPECT_LE(s.rel_err, default_tolerance(c.dtype, c.dtype)) << s.message;
+  EXPECT_TRUE(s.ranks_agree);
 }
 
 class SmallCases : public ::testing::TestWithParam<std::tuple<std::string, int, ShareKind>> {};
@@ -95,6 +119,71 @@ TEST(ContextParallelDecode, PlannedRanksOnOneGpu) {
   }
 }
 
+// The device step (the ranks' index arrays uploaded at plan, the rows gathered, the states sent,
+// all-gathered and merged by kernels, with no host copy between) on one GPU: 2, 3 and 8 ranks on
+// `planned`, both layouts, bf16 and f16 (q, k, v, the output and the caches), lengths no rank
+// count divides (1 and 17 leave most ranks an empty share of their request), every rank's output
+// the same bits; within the bound of PlannedRanksOnOneGpu, in the case's dtype.
+class DeviceSteps : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(DeviceSteps, MatchReferenceAlikeOnEveryRank) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const auto& [ranks, dtype] = GetParam();
+  for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
+    CpCase c;
+    c.backend = "planned";
+    c.spec = AttentionSpec::dense(16, 2, 64);  // GQA 8
+    c.num_ranks = ranks;
+    c.kind = kind;
+    c.pages_per_run = 3;
+    c.page_size = 16;
+    c.kv_lens = {1000, 17, 301, 1, 46};
+    c.dtype = dtype;
+    c.label = "planned " + std::to_string(ranks) + " ranks " + std::string(dtype_name(dtype)) +
+              (kind == ShareKind::contiguous ? " contiguous" : " interleaved");
+    expect_matches_reference(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OneGpu, DeviceSteps, ::testing::Combine(::testing::Values(2, 3, 8),
+                                                                 ::testing::Values(DType::bf16, DType::f16)),
+                         [](const auto& info) {
+                           return attnkit::testing::param_name(std::to_string(std::get<0>(info.param)) + " ranks " +
+                                                               std::string(dtype_name(std::get<1>(info.param))));
+                         });
+
+TEST(ContextParallelDecode, DeviceRanksWithNothingAtAllOnOneGpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  expect_ranks_with_nothing_give_empty_states(planned_case(8, ShareKind::interleaved, 64, {3, 1, 16}));
+}
+
+// The device buffers sized at plan serve every layer and a second step, and a second plan of the
+// same batch reuses them: the same bits each time.
+TEST(ContextParallelDecode, DeviceStepsRepeatBitForBitOnOneGpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  CpWorld world(planned_case(3, ShareKind::contiguous, 128, {97, 1, 260}));
+  const CpWorld::Step a = world.step();
+  for (auto& rank : world.ranks) rank->plan(world.global);
+  const CpWorld::Step b = world.step();
+  EXPECT_TRUE(a.ranks_agree && b.ranks_agree);
+  EXPECT_EQ(a.outputs, b.outputs);
+}
+
+// A GPU rank's states stay on the GPU, so its group must gather there.
+TEST(ContextParallelDecode, RefusesAHostGroupForAGpuBackend) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  CpWorld world(planned_case(2, ShareKind::contiguous, 64, {23, 6}));
+  InProcessGroup host_group(2);
+  try {
+    ContextParallelDecode cp(host_group.rank(0), *world.backends[0], world.layout);
+    FAIL() << "a host group for a GPU backend was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "context parallel decode: backend planned runs on cuda, so the communicator must gather on cuda "
+                 "too, got one on cpu (InProcessGroup(size, Device::cuda), or NCCL)");
+  }
+}
+
 TEST(ContextParallelDecode, PageSizeOneAndMqa) {
   CpCase c = small_case("cpu", 3, ShareKind::contiguous);
   c.spec = AttentionSpec::dense(4, 1, 32);
@@ -106,15 +195,9 @@ TEST(ContextParallelDecode, PageSizeOneAndMqa) {
 }
 
 TEST(ContextParallelDecode, RanksWithNothingAtAllGiveEmptyStates) {
-  // Every request fits in its first page: ranks 1..7 hold nothing, and plan no backend work.
   CpCase c = small_case("cpu", 8, ShareKind::interleaved);
   c.kv_lens = {3, 1, 4};
-  CpWorld world(c);
-  for (int r = 1; r < 8; ++r) EXPECT_EQ(world.ranks[static_cast<size_t>(r)]->share().batch.batch_size(), 0) << r;
-  EXPECT_EQ(world.ranks[0]->share().batch.batch_size(), 3);
-  const CpWorld::Step s = world.step();
-  EXPECT_LE(s.rel_err, default_tolerance(DType::bf16, DType::bf16)) << s.message;
-  EXPECT_TRUE(s.ranks_agree);
+  expect_ranks_with_nothing_give_empty_states(c);
 }
 
 TEST(ContextParallelDecode, SameBitsRunToRunWithOneLayout) {
