@@ -23,7 +23,7 @@ struct Capabilities {
   std::string cache_layout = "paged-nhd";
   std::vector<DType> q_dtypes;       // q, k, v and out share one dtype
   std::vector<DType> kv_dtypes;      // cache dtypes
-  bool kv_dtype_is_q_dtype = false;  // the cache must have q's dtype (no conversion as tiles load)
+  bool kv_dtype_is_q_dtype = false;  // a 16-bit cache must have q's dtype (no conversion as tiles load; e4m3 is dequantised)
   std::vector<int> head_dims;        // supported head_dim_qk == head_dim_vo values; empty: any
   int max_head_dim = 0;              // with head_dims empty: head_dim_qk and head_dim_vo at most this (0: any)
   int head_dim_multiple = 1;         // head_dim_qk and head_dim_vo must be multiples of this

@@ -42,7 +42,7 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
   if (q_dtype && !contains(caps.q_dtypes, *q_dtype)) {
     return concat("q dtype must be one of ", list(caps.q_dtypes), ", got ", dtype_name(*q_dtype));
   }
-  if (q_dtype && caps.kv_dtype_is_q_dtype && *q_dtype != cache.dtype) {
+  if (q_dtype && caps.kv_dtype_is_q_dtype && cache.dtype != DType::e4m3 && *q_dtype != cache.dtype) {
     return concat("cache dtype must be q's (", dtype_name(*q_dtype), "), got ", dtype_name(cache.dtype));
   }
   if (cache.page_size < caps.min_page_size || cache.page_size > caps.max_page_size) {

@@ -97,7 +97,7 @@ std::vector<CheckCase> random_cases(const ModelSpec& model, const Capabilities& 
     c.spec = model.layers[static_cast<size_t>(uniform(0, model.num_layers() - 1))];
     c.q_dtype = caps.q_dtypes.empty() ? DType::bf16 : pick(caps.q_dtypes);
     c.kv_dtype = caps.kv_dtypes.empty() ? DType::bf16 : pick(caps.kv_dtypes);
-    if (caps.kv_dtype_is_q_dtype) c.kv_dtype = c.q_dtype;
+    if (caps.kv_dtype_is_q_dtype && c.kv_dtype != DType::e4m3) c.kv_dtype = c.q_dtype;
     if (c.q_dtype == DType::f32 && c.kv_dtype != DType::f32 && chance(0.5)) c.kv_dtype = DType::f32;
     if (c.kv_dtype == DType::e4m3) {
       c.k_scale = 0.5f;

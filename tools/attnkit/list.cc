@@ -58,6 +58,14 @@ std::string page_sizes_text(const std::vector<int>& v) {
   return join_ints(v, "any");
 }
 
+// A cache that must match q where it is 16-bit reads "q's", with ",e4m3" where an e4m3 one is
+// dequantised.
+std::string kv_dtypes_text(const Capabilities& c) {
+  if (!c.kv_dtype_is_q_dtype) return join(dtype_names(c.kv_dtypes), ",");
+  const bool e4m3 = std::find(c.kv_dtypes.begin(), c.kv_dtypes.end(), DType::e4m3) != c.kv_dtypes.end();
+  return e4m3 ? "q's,e4m3" : "q's";
+}
+
 std::vector<std::string> features(const Capabilities& c) {
   std::vector<std::string> f;
   auto add = [&](bool on, const char* name) {
@@ -128,7 +136,7 @@ std::function<int()> add_list(CLI::App& app) {
                                                                            : join_ints(c.head_dims, "any");
       rows.push_back({b.name, std::string(device_name(b.device)), why.empty() ? "yes" : "no (below)",
                       join(dtype_names(c.q_dtypes), ","),
-                      join(dtype_names(c.kv_dtypes), ",") + (c.kv_dtype_is_q_dtype ? " (q's)" : ""), dims, pages,
+                      kv_dtypes_text(c), dims, pages,
                       join(features(c), " ")});
       if (!why.empty()) notes.push_back(b.name + ": not available here: " + why);
       const int max_dim =

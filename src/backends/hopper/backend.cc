@@ -27,8 +27,11 @@ int prefill_rows(const BackendContext& context) {
 
 HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(context, prefill_rows(context)) {
   const KvCacheConfig& c = cache().config();
+  // An e4m3 cache is read row by row (no maps); a 16-bit one the kernel serves gets its pools' maps.
   const hopper::KernelKey key{c.head_dim_k, c.dtype, c.dtype};
-  if (!hopper::why_unsupported(key, c.page_size, model().layer(0).num_qo_heads / c.num_kv_heads).empty()) return;
+  if (c.dtype == DType::e4m3 ||
+      !hopper::why_unsupported(key, c.page_size, model().layer(0).num_qo_heads / c.num_kv_heads).empty())
+    return;
   for (int l = 0; l < c.num_layers; ++l) {
     pool_maps_.push_back({hopper::make_pool_map(cache().k_pool(l), c.dtype, c.head_dim_k, c.num_kv_heads, c.num_slots(),
                                                 c.page_size),
@@ -50,7 +53,12 @@ void HopperBackend::check_extend(const planned::PrefillParams& p) const { hopper
 
 void HopperBackend::launch_extend(int layer, const planned::PrefillParams& p, cudaStream_t stream) {
   const hopper::ExtendParams e = extend_params(p);
-  // check_extend refused every call before the cache store where the maps were not made.
+  // check_extend refused every call before the cache store where the maps were not made, but for an
+  // e4m3 cache, which the kernel reads without them.
+  if (cache().config().dtype == DType::e4m3) {
+    hopper::launch_extend(e, {hopper::make_q_map(e), {}, {}}, stream);
+    return;
+  }
   const PoolMaps& pools = pool_maps_.at(static_cast<size_t>(layer));
   hopper::launch_extend(e, {hopper::make_q_map(e), pools.k, pools.v}, stream);
 }

@@ -28,7 +28,7 @@ class HopperBackend final : public PlannedBackend {
   struct PoolMaps {
     cuda::TensorMap k, v;
   };
-  std::vector<PoolMaps> pool_maps_;  // [num_layers]; empty where the cache is one the kernel refuses
+  std::vector<PoolMaps> pool_maps_;  // [num_layers]; empty for an e4m3 cache (read without maps) or one refused
 };
 
 }  // namespace attnkit

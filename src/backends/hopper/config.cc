@@ -16,8 +16,9 @@ std::string why_unsupported(const KernelKey& key, int page_size, int group) {
   if (!contains(Support::q_dtypes, key.q_dtype)) {
     return detail::concat("q dtype must be ", list_text(Support::q_dtypes), ", got ", dtype_name(key.q_dtype));
   }
-  if (key.kv_dtype != key.q_dtype) {
-    return detail::concat("cache dtype must be q's (", dtype_name(key.q_dtype), "), got ", dtype_name(key.kv_dtype));
+  if (key.kv_dtype != key.q_dtype && key.kv_dtype != DType::e4m3) {
+    return detail::concat("cache dtype must be q's (", dtype_name(key.q_dtype), ") or e4m3, got ",
+                          dtype_name(key.kv_dtype));
   }
   if (!contains(Support::page_sizes, page_size)) {
     return detail::concat("page_size must be ", list_text(Support::page_sizes), ", got ", page_size);
@@ -31,7 +32,7 @@ std::string why_unsupported(const KernelKey& key, int page_size, int group) {
 Capabilities capabilities() {
   Capabilities c = planned::capabilities();  // decode is planned's kernel; extend narrows it
   c.q_dtypes.assign(Support::q_dtypes.begin(), Support::q_dtypes.end());
-  c.kv_dtypes.assign(Support::q_dtypes.begin(), Support::q_dtypes.end());
+  c.kv_dtypes.assign(Support::kv_dtypes.begin(), Support::kv_dtypes.end());
   c.head_dims.assign(Support::head_dims.begin(), Support::head_dims.end());
   c.page_sizes.assign(Support::page_sizes.begin(), Support::page_sizes.end());
   c.min_page_size = Support::page_sizes.front();

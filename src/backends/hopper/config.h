@@ -13,7 +13,11 @@ namespace attnkit::hopper {
 
 struct Support {
   static constexpr std::array<int, 3> head_dims = {64, 128, 256};              // head_dim_qk == head_dim_vo
-  static constexpr std::array<DType, 2> q_dtypes = {DType::f16, DType::bf16};   // q, k, v, out and the cache
+  static constexpr std::array<DType, 2> q_dtypes = {DType::f16, DType::bf16};   // q, k, v and out
+  // The cache: q's dtype, or e4m3 (read as stored x k_scale / v_scale, dequantised as rows load),
+  // whose scales must stay under max_e4m3_scale (the dequantising multiply's factor is scale x 2^120).
+  static constexpr std::array<DType, 3> kv_dtypes = {DType::f16, DType::bf16, DType::e4m3};
+  static constexpr float max_e4m3_scale = 255.0f;
   // Powers of two. Pages of min_tma_page_size slots or more: K/V tiles come as TMA boxes of
   // min(page_size, 64 or 128) slots, each starting on a 1024-byte boundary of the
   // 128-byte-swizzled tile (8 rows). Smaller pages: the producer gathers rows with cp.async.

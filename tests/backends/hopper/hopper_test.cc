@@ -80,6 +80,23 @@ std::vector<harness::CheckCase> cases() {
   c = make_case("page1 gathered, non-causal, kv_len 1", 8, 8, 128, 1, {{0, 1}, {0, 130}, {1, 5}});
   c.spec.causal = false;
   out.push_back(c);
+  // An e4m3 cache, dequantised by the producer warpgroup as rows load, under bf16 and f16 q.
+  for (int d : {64, 128, 256}) {
+    std::string label = "e4m3 cache d";
+    label += std::to_string(d) + " page16 ragged";
+    c = make_case(label, 8, 2, d, 16, ragged);
+    c.kv_dtype = DType::e4m3;
+    c.k_scale = 0.5f;
+    c.v_scale = 0.25f;
+    out.push_back(c);
+  }
+  c = make_case("e4m3 cache, f16 q, page1, chunked, soft-cap", 32, 8, 128, 1, {{1500, 700}, {0, 45}});
+  c.q_dtype = DType::f16;
+  c.kv_dtype = DType::e4m3;
+  c.k_scale = 2.0f;
+  c.v_scale = 0.125f;
+  c.spec.logits_soft_cap = 30.0f;
+  out.push_back(c);
   return out;
 }
 
@@ -115,8 +132,9 @@ TEST(HopperSupport, NamesTheFieldAndTheValue) {
   EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::bf16}, 64, 4), "");
   EXPECT_EQ(hopper::why_unsupported(KernelKey{96, DType::bf16, DType::bf16}, 64, 4),
             "head_dim must be 64, 128 or 256, got 96");
-  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::e4m3}, 64, 4),
-            "cache dtype must be q's (bf16), got e4m3");
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::e4m3}, 64, 4), "");
+  EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::f16}, 64, 4),
+            "cache dtype must be q's (bf16) or e4m3, got f16");
   EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::f16, DType::f16}, 3, 4),
             "page_size must be 1, 2, 4, 8, 16, 32, 64, 128 or 256, got 3");
   EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::bf16}, 16, 256),
@@ -160,7 +178,20 @@ TEST(HopperExtendParams, RefusesWhatTheKernelLacks) {
   EXPECT_EQ(message(), "hopper extend: custom masks are not served (planned serves them)");
   p.custom_mask = nullptr;
   p.kv_dtype = DType::f16;
-  EXPECT_EQ(message(), "hopper extend: cache dtype must be q's (bf16), got f16");
+  EXPECT_EQ(message(), "hopper extend: cache dtype must be q's (bf16) or e4m3, got f16");
+  p.kv_dtype = DType::e4m3;  // dequantised as rows load, with factors of scale x 2^120
+  p.k_scale = 0.5f;
+  p.v_scale = 300.0f;
+  EXPECT_EQ(message(), "hopper extend: an e4m3 cache's v_scale must be in (0, 255) with bf16 q, got 300 "
+                       "(planned serves it)");
+  p.v_scale = 0.25f;
+  EXPECT_EQ(message(), "accepted");
+  p.q_dtype = DType::f16;  // the f16 factor, scale x 2^8, must be a normal f16
+  p.k_scale = 1e-8f;
+  EXPECT_EQ(message(), "hopper extend: an e4m3 cache's k_scale must be in [2^-22, 255) with f16 q, got 1e-08 "
+                       "(planned serves it)");
+  p.q_dtype = DType::bf16;
+  p.k_scale = p.v_scale = 1.0f;
   p.kv_dtype = DType::bf16;
   p.page_size = 4;  // gathered with cp.async
   EXPECT_EQ(message(), "accepted");

@@ -1,4 +1,5 @@
-// The fp8_blocked narrow kernels' e4m3 -> bf16 by moving bits (mla/kernels/e4m3_to_bf16.h),
+// e4m3 -> bf16 / f16 by moving bits (cuda/e4m3_to_bf16.h, used by mla's fp8_blocked narrow kernels
+// and hopper's e4m3 cache),
 // checked on the host against attnkit's e4m3 decoding (dtype.h, itself checked on hand-computed
 // codes in tests/core): every pair of bytes, the NaN test on every byte at every place, and the
 // error of the one bf16 multiply that applies the block scale.
@@ -9,12 +10,12 @@
 #include <random>
 
 #include "attnkit/dtype.h"
-#include "backends/mla/kernels/e4m3_to_bf16.h"
+#include "cuda/e4m3_to_bf16.h"
 
 namespace attnkit::mla {
 namespace {
 
-namespace cv = e4m3_to_bf16;
+namespace cv = ::attnkit::cuda::e4m3_to_bf16;
 
 bool is_nan_code(uint32_t byte) { return (byte & 0x7fu) == 0x7fu; }
 
@@ -41,6 +42,22 @@ TEST(E4m3ToBf16, EveryPairOfBytesIsTheValueTimesTwoToTheMinus120) {
       const double expected = static_cast<double>(e4m3_bits_to_float(byte));
       ASSERT_EQ(std::ldexp(half_value(word, half), 120), expected) << "byte 0x" << std::hex << int{byte};
       ASSERT_EQ(std::signbit(half_value(word, half)), std::signbit(expected)) << "byte 0x" << std::hex << int{byte};
+    }
+  }
+}
+
+TEST(E4m3ToBf16, EveryPairOfBytesInF16IsTheValueTimesTwoToTheMinus8) {
+  for (uint32_t two = 0; two < 0x10000u; ++two) {
+    uint32_t lo = 0, hi = 0;
+    cv::scaled_down_quad_f16(two | (two << 16), lo, hi);
+    ASSERT_EQ(lo, hi);
+    for (int half = 0; half < 2; ++half) {
+      const auto byte = static_cast<uint8_t>(two >> (8 * half));
+      if (is_nan_code(byte)) continue;
+      const double got = static_cast<double>(f16_bits_to_float(static_cast<uint16_t>(lo >> (16 * half))));
+      const double expected = static_cast<double>(e4m3_bits_to_float(byte));
+      ASSERT_EQ(std::ldexp(got, 8), expected) << "byte 0x" << std::hex << int{byte};
+      ASSERT_EQ(std::signbit(got), std::signbit(expected)) << "byte 0x" << std::hex << int{byte};
     }
   }
 }

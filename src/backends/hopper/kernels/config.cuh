@@ -1,19 +1,27 @@
 // The `hopper` extend kernel's shape: one CTA = one producer warpgroup (TMA) and two consumer
 // warpgroups (wgmma + softmax) over a tile of 128 GQA-packed query rows, K/V tiles of kBlockN
 // tokens in a ring of kStages shared-memory stages. The arithmetic behind each constant is beside
-// it; kernel.cuh puts the roles together. kGather: the cache's pages are too small for TMA boxes
-// (1, 2 or 4 slots), so the producer warpgroup gathers K/V tiles row by row with cp.async.
+// it; kernel.cuh puts the roles together. How K/V tiles reach shared memory is KvLoad.
 #pragma once
 
 #include <cstdint>
 
 namespace attnkit::hopper {
 
-template <typename T_, int kHeadDim_, bool kGather_ = false>
+// The producer's ways of filling a K/V stage (producer.cuh).
+enum class KvLoad {
+  tma_boxes,    // TMA boxes of whole page pieces: pages of 8 slots or more
+  gather,       // rows copied with cp.async by the producer warpgroup: any page size
+  gather_e4m3,  // rows of an e4m3 cache loaded by the producer warpgroup, dequantised to T, stored
+};
+
+template <typename T_, int kHeadDim_, KvLoad kKvLoad_ = KvLoad::tma_boxes>
 struct KernelConfig {
-  using T = T_;  // q, k, v and out: bf16 or f16
+  using T = T_;  // q, k, v (as the products read them) and out: bf16 or f16
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr bool kGather = kGather_;
+  static constexpr KvLoad kKvLoad = kKvLoad_;
+  static constexpr bool kGather = kKvLoad != KvLoad::tma_boxes;  // row by row, by all 128 producer threads
+  static constexpr bool kE4m3Kv = kKvLoad == KvLoad::gather_e4m3;
   static constexpr int kConsumers = 2;             // warpgroups of 64 rows: one wgmma M each
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;  // packed rows a tile (at most; see tile_rows)
@@ -31,11 +39,12 @@ struct KernelConfig {
   static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kTileBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 256;  // the barriers: 16 + 32 kStages bytes
   // setmaxnreg: the producer gives registers to the consumers, 40 + 2 x 232 = 504 per row of
-  // three threads, 504 x 128 = 64512 of the SM's 65536.
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  // three threads, 504 x 128 = 64512 of the SM's 65536. Dequantising an e4m3 row, the producer
+  // holds a column block's 64 bytes (16 registers) while it converts them: 56 + 2 x 224.
+  static constexpr int kProducerRegs = kE4m3Kv ? 56 : 40;
+  static constexpr int kConsumerRegs = kE4m3Kv ? 224 : 232;
   // Arrivals that complete a K or V stage: the TMA path's one expect-tx arrival (then the bytes),
-  // or each of the producer warpgroup's 128 threads once its own copies have landed.
+  // or each of the producer warpgroup's 128 threads once its own rows have landed.
   static constexpr int kFullArrivals = kGather ? 128 : 1;
 
   static_assert(kHeadDim % 64 == 0, "head dims 64, 128, 256");

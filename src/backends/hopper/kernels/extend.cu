@@ -1,10 +1,12 @@
 // The `hopper` extend kernel's host side: the instantiations (bf16 / f16 x head dims 64, 128,
-// 256 x TMA boxes or a cp.async gather of K/V), the tensor maps, the checks and the persistent
-// launch.
+// 256 x the three ways K/V load), the tensor maps, the checks and the persistent launch.
 #include "backends/hopper/kernels/extend.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
+#include <utility>
 
 #include "attnkit/error.h"
 #include "backends/hopper/config.h"
@@ -16,23 +18,24 @@ namespace attnkit::hopper {
 
 namespace {
 
-// The kernel for a head dim and dtype; with `gather` (pages under Support::min_tma_page_size),
-// the one that gathers K/V rows with cp.async instead of TMA boxes.
+// The kernel for a head dim, dtype (of q, and of K/V as the products read them) and way of
+// loading K/V (config.cuh's KvLoad).
 template <typename Fn>
-void with_config(int head_dim, DType dtype, bool gather, Fn&& fn) {
+void with_config(int head_dim, DType dtype, KvLoad load, Fn&& fn) {
   auto by_dim = [&](auto t) {
     using T = decltype(t);
-    auto pick = [&](auto dense, auto gathered) {
-      if (gather) {
-        fn(gathered);
-      } else {
-        fn(dense);
+    auto pick = [&](auto dim) {
+      constexpr int kDim = decltype(dim)::value;
+      switch (load) {
+        case KvLoad::tma_boxes: fn(KernelConfig<T, kDim, KvLoad::tma_boxes>{}); return;
+        case KvLoad::gather: fn(KernelConfig<T, kDim, KvLoad::gather>{}); return;
+        case KvLoad::gather_e4m3: fn(KernelConfig<T, kDim, KvLoad::gather_e4m3>{}); return;
       }
     };
     switch (head_dim) {
-      case 64: pick(KernelConfig<T, 64>{}, KernelConfig<T, 64, true>{}); return;
-      case 128: pick(KernelConfig<T, 128>{}, KernelConfig<T, 128, true>{}); return;
-      case 256: pick(KernelConfig<T, 256>{}, KernelConfig<T, 256, true>{}); return;
+      case 64: pick(std::integral_constant<int, 64>{}); return;
+      case 128: pick(std::integral_constant<int, 128>{}); return;
+      case 256: pick(std::integral_constant<int, 256>{}); return;
       default: throw Error(detail::concat("hopper extend: head_dim must be 64, 128 or 256, got ", head_dim));
     }
   };
@@ -43,6 +46,13 @@ void with_config(int head_dim, DType dtype, bool gather, Fn&& fn) {
   } else {
     throw Error(detail::concat("hopper extend: q dtype must be bf16 or f16, got ", dtype_name(dtype)));
   }
+}
+
+// An e4m3 cache is dequantised row by row; 16-bit pages under Support::min_tma_page_size slots (or
+// any, when asked) are gathered; larger ones come as TMA boxes.
+KvLoad kv_load(const ExtendParams& p) {
+  if (p.kv_dtype == DType::e4m3) return KvLoad::gather_e4m3;
+  return p.gather_kv || p.page_size < Support::min_tma_page_size ? KvLoad::gather : KvLoad::tma_boxes;
 }
 
 template <typename C>
@@ -64,14 +74,14 @@ void launch_config(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t s
 
 int extend_block_m(int head_dim) {
   int rows = 0;
-  with_config(head_dim, DType::bf16, false, [&](auto cfg) { rows = decltype(cfg)::kBlockM; });
+  with_config(head_dim, DType::bf16, KvLoad::tma_boxes, [&](auto cfg) { rows = decltype(cfg)::kBlockM; });
   return rows;
 }
 
 cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,
                               int page_size) {
   int block_n = 0;
-  with_config(head_dim, dtype, false, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
+  with_config(head_dim, dtype, KvLoad::tma_boxes, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
   const int64_t row = int64_t{head_dim} * 2;
   return cuda::make_tensor_map("hopper kv pool", dtype, pool, {head_dim, num_kv_heads, num_slots},
                                {row, row * num_kv_heads}, {64, 1, page_size < block_n ? page_size : block_n});
@@ -91,6 +101,16 @@ void check_extend_params(const ExtendParams& p) {
   const std::string why = why_unsupported(key, p.page_size, p.num_qo_heads / std::max(1, p.num_kv_heads));
   if (!why.empty()) fail(why);
   if (p.custom_mask != nullptr) fail("custom masks are not served (planned serves them)");
+  if (p.kv_dtype == DType::e4m3) {
+    // The dequantising multiply's factor, scale x 2^120 in bf16 or x 2^8 in f16, must be a finite
+    // normal number of q's type: below 255 in both, and at least 2^-22 in f16.
+    const bool f16 = p.q_dtype == DType::f16;
+    for (const auto& [name, scale] : {std::pair{"k_scale", p.k_scale}, std::pair{"v_scale", p.v_scale}}) {
+      if (!(scale >= (f16 ? 0x1p-22f : 0.0f) && scale > 0.0f && scale < Support::max_e4m3_scale))
+        fail("an e4m3 cache's ", name, " must be in ", f16 ? "[2^-22, " : "(0, ", Support::max_e4m3_scale,
+             ") with ", dtype_name(p.q_dtype), " q, got ", scale, " (planned serves it)");
+    }
+  }
   if (p.tile_rows != tile_rows(extend_block_m(p.head_dim_qk), p.num_qo_heads / p.num_kv_heads))
     fail("the plan's tiles have ", p.tile_rows, " rows, the kernel's ",
          tile_rows(extend_block_m(p.head_dim_qk), p.num_qo_heads / p.num_kv_heads));
@@ -100,8 +120,7 @@ void check_extend_params(const ExtendParams& p) {
 void launch_extend(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream) {
   check_extend_params(p);
   if (p.num_work_items == 0) return;
-  with_config(p.head_dim_qk, p.q_dtype, p.gather_kv || p.page_size < Support::min_tma_page_size,
-              [&](auto cfg) { launch_config<decltype(cfg)>(p, maps, stream); });
+  with_config(p.head_dim_qk, p.q_dtype, kv_load(p), [&](auto cfg) { launch_config<decltype(cfg)>(p, maps, stream); });
 }
 
 }  // namespace attnkit::hopper

@@ -2,14 +2,18 @@
 // box a column block: tokens x group rows), then each K and V tile into the next ring stage as soon
 // as the consumers have released it. Pages of 8 slots or more: one warp issues TMA boxes of
 // min(page_size, kBlockN) tokens, a box a lane, the page table read a tile ahead, completion
-// counted in bytes on the stage's full barrier. Smaller pages (kGather): all 128 threads gather
-// rows with cp.async, each arriving on the full barrier when its copies land. kernel.cuh sets the
-// roles up.
+// counted in bytes on the stage's full barrier. Smaller pages (or when asked): all 128 threads
+// gather rows with cp.async, each arriving on the full barrier when its copies land. An e4m3 cache:
+// all 128 threads load rows, dequantise them to T and store them, each arriving once it has
+// stored. kernel.cuh sets the roles up.
 #pragma once
+
+#include <type_traits>
 
 #include "backends/hopper/kernels/config.cuh"
 #include "backends/hopper/kernels/scheduler.cuh"
 #include "backends/planned/kernels/prefill_tile.cuh"
+#include "cuda/e4m3_to_bf16.h"
 #include "cuda/tma.cuh"
 
 namespace attnkit::hopper {
@@ -99,6 +103,86 @@ __device__ __forceinline__ void gather_kv_tile(const void* pool, int64_t row_off
   tile::cp_async_arrive(full);
 }
 
+// e4m3 -> T by moving bits, then one multiply a pair by the cache's scale times the power of two
+// the move leaves out (cuda/e4m3_to_bf16.h): each value lands within two roundings of stored x
+// scale. NaN: the pair's bits do not carry it, so a 16-byte piece holding one is multiplied by NaN.
+template <typename T>
+struct E4m3Dequant {
+  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  using T2 = std::conditional_t<kBf16, __nv_bfloat162, __half2>;
+  static constexpr uint32_t kNan = kBf16 ? 0x7fc07fc0u : 0x7e007e00u;
+  __device__ __forceinline__ static uint32_t factor(float scale) {
+    namespace cv = ::attnkit::cuda::e4m3_to_bf16;
+    T2 f;
+    if constexpr (kBf16) {
+      f = __float2bfloat162_rn(scale * cv::kTwoPow120);
+    } else {
+      f = __float2half2_rn(scale * cv::kTwoPow8);
+    }
+    return *reinterpret_cast<const uint32_t*>(&f);
+  }
+  __device__ __forceinline__ static void quad(uint32_t four, uint32_t& lo, uint32_t& hi) {
+    if constexpr (kBf16) {
+      ::attnkit::cuda::e4m3_to_bf16::scaled_down_quad(four, lo, hi);
+    } else {
+      ::attnkit::cuda::e4m3_to_bf16::scaled_down_quad_f16(four, lo, hi);
+    }
+  }
+  __device__ __forceinline__ static uint32_t mul(uint32_t a, uint32_t b) {
+    const T2 p = __hmul2(*reinterpret_cast<const T2*>(&a), *reinterpret_cast<const T2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&p);
+  }
+};
+
+// 16 e4m3 values -> 16 T, as two 16-byte pieces.
+template <typename T>
+__device__ __forceinline__ void dequantise_piece(const uint4& raw, uint32_t factor, uint4& first, uint4& second) {
+  namespace cv = ::attnkit::cuda::e4m3_to_bf16;
+  using D = E4m3Dequant<T>;
+  const uint32_t f = cv::has_nan(raw.x) | cv::has_nan(raw.y) | cv::has_nan(raw.z) | cv::has_nan(raw.w) ? D::kNan : factor;
+  D::quad(raw.x, first.x, first.y);
+  D::quad(raw.y, first.z, first.w);
+  D::quad(raw.z, second.x, second.y);
+  D::quad(raw.w, second.z, second.w);
+  first = make_uint4(D::mul(first.x, f), D::mul(first.y, f), D::mul(first.z, f), D::mul(first.w, f));
+  second = make_uint4(D::mul(second.x, f), D::mul(second.y, f), D::mul(second.z, f), D::mul(second.w, f));
+}
+
+__device__ __forceinline__ void st_shared_16(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// An e4m3 cache's tile: the same rows as gather_kv_tile (row tid % kBlockN, whole column blocks),
+// each column block's 64 bytes loaded into registers, dequantised with `factor` (the cache's k or
+// v scale, E4m3Dequant::factor) and stored swizzled; rows past kv_hi are zeros. The stores are
+// generic-proxy writes that wgmma reads through the async proxy: fenced before the arrival.
+template <typename C>
+__device__ __forceinline__ void gather_e4m3_kv_tile(const void* pool, int64_t row_offset, uint32_t factor,
+                                                    uint32_t s_tile, uint32_t full, uint32_t empty, uint32_t parity,
+                                                    int tid) {
+  constexpr int kThreadsPerRow = 128 / C::kBlockN;
+  const int row = tid % C::kBlockN;
+  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(pool) + (row_offset >= 0 ? row_offset : 0));
+  ::attnkit::cuda::tma::mbar_wait(empty, parity ^ 1);
+#pragma unroll 1
+  for (int cb = tid / C::kBlockN; cb < C::kColBlocks; cb += kThreadsPerRow) {
+    uint4 raw[4];  // the column block's 64 values, loaded before any is converted
+#pragma unroll
+    for (int h = 0; h < 4; ++h) raw[h] = row_offset >= 0 ? __ldg(src + cb * 4 + h) : make_uint4(0, 0, 0, 0);
+    const uint32_t swizzled_row = (s_tile + static_cast<uint32_t>(cb * C::kBlockN + row) * 128) | ((row & 7) << 4);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      uint4 first, second;
+      dequantise_piece<typename C::T>(raw[h], factor, first, second);
+      st_shared_16(swizzled_row ^ static_cast<uint32_t>((2 * h) << 4), first);
+      st_shared_16(swizzled_row ^ static_cast<uint32_t>((2 * h + 1) << 4), second);
+    }
+  }
+  ::attnkit::cuda::wgmma::fence_proxy_async();
+  ::attnkit::cuda::tma::mbar_arrive(full);
+}
+
 // The producer warpgroup's thread `tid` with kGather, else lane `tid` of its first warp (the only
 // one that runs).
 template <typename C>
@@ -107,6 +191,11 @@ __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendPara
   static_assert(C::kBlockN / 8 <= 32, "one box a lane");
   const int lane = tid % 32;
   int tiles_done = 0, kv_done = 0;
+  uint32_t factor_k = 0, factor_v = 0;
+  if constexpr (C::kE4m3Kv) {
+    factor_k = E4m3Dequant<typename C::T>::factor(p.k_scale);
+    factor_v = E4m3Dequant<typename C::T>::factor(p.v_scale);
+  }
   for (int w = blockIdx.x; w < num_work(p); w += gridDim.x) {
     Tile t;
     if (!load_tile<C>(p, w, t)) continue;
@@ -126,7 +215,13 @@ __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendPara
       const int n0 = t.kv_lo + j * C::kBlockN;
       const RingSlot<C::kStages> ring(kv_done);
       const uint32_t s_k = sm.k + ring.stage * C::kTileBytes, s_v = sm.v + ring.stage * C::kTileBytes;
-      if constexpr (C::kGather) {
+      if constexpr (C::kE4m3Kv) {
+        gather_e4m3_kv_tile<C>(p.k_pool, row_offset, factor_k, s_k, sm.bars.k_full(ring.stage),
+                               sm.bars.k_empty(ring.stage), ring.parity, tid);
+        gather_e4m3_kv_tile<C>(p.v_pool, row_offset, factor_v, s_v, sm.bars.v_full(ring.stage),
+                               sm.bars.v_empty(ring.stage), ring.parity, tid);
+        row_offset = gather_row_offset<C>(p, t, j + 1, tid);
+      } else if constexpr (C::kGather) {
         gather_kv_tile<C>(p.k_pool, row_offset, s_k, sm.bars.k_full(ring.stage), sm.bars.k_empty(ring.stage),
                           ring.parity, tid);
         gather_kv_tile<C>(p.v_pool, row_offset, s_v, sm.bars.v_full(ring.stage), sm.bars.v_empty(ring.stage),

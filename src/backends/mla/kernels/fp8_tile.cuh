@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "backends/mla/config.h"
-#include "backends/mla/kernels/e4m3_to_bf16.h"
+#include "cuda/e4m3_to_bf16.h"
 
 namespace attnkit::mla::fp8_tile {
 
@@ -45,7 +45,7 @@ struct RawChunk {
 // Whether moving bits cannot take the chunk: it holds a NaN (which would not carry over), or its
 // scale would overflow the bf16 factor (latents of 114,240 or more).
 __device__ __forceinline__ bool needs_conversion_unit(const RawChunk& r) {
-  namespace cv = e4m3_to_bf16;
+  namespace cv = ::attnkit::cuda::e4m3_to_bf16;
   return cv::has_nan(r.bits.x) | cv::has_nan(r.bits.y) | !(r.scale < cv::kOneStepScaleLimit);  // no branches
 }
 
@@ -54,7 +54,7 @@ __device__ __forceinline__ bool needs_conversion_unit(const RawChunk& r) {
 // one bf16 step from value x scale (e4m3 itself is 2^-4 coarse); one conversion a chunk (the
 // factor) where that path has eight.
 __device__ __forceinline__ uint4 moved_bits_chunk(const RawChunk& r) {
-  namespace cv = e4m3_to_bf16;
+  namespace cv = ::attnkit::cuda::e4m3_to_bf16;
   const __nv_bfloat162 f = __float2bfloat162_rn(r.scale * cv::kTwoPow120);
   uint4 v;
   cv::scaled_down_quad(r.bits.x, v.x, v.y);

@@ -1,6 +1,7 @@
-// e4m3 -> bf16 by moving bits, for the fp8_blocked latent cache's narrow kernels (fp8_tile.cuh),
-// so that dequantising needs no conversion instruction. The SM's conversion unit, which e4m3 ->
-// f16 -> f32 -> bf16 used twice a pair of values, bounded that kernel.
+// e4m3 -> bf16 (or f16) by moving bits, so that dequantising needs no conversion instruction: the
+// SM's conversion unit, which e4m3 -> f16 -> f32 -> bf16 uses twice a pair of values, bounds a
+// kernel that dequantises a whole cache tile (mla's fp8_blocked narrow kernels, hopper's e4m3
+// cache).
 //
 // An e4m3 byte is sign, 4 exponent bits (bias 7) and 3 mantissa bits. Put its sign at bit 15 and
 // its other 7 bits at bits 4..10 of a bf16 (8 exponent bits, bias 127, 7 mantissa bits): the bf16
@@ -20,7 +21,7 @@
 #define ATTNKIT_E4M3_HD inline
 #endif
 
-namespace attnkit::mla::e4m3_to_bf16 {
+namespace attnkit::cuda::e4m3_to_bf16 {
 
 // CUDA's __byte_perm: byte i of the result is byte (s >> 4i) & 7 of y:x (x the low four).
 ATTNKIT_E4M3_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
@@ -44,6 +45,14 @@ ATTNKIT_E4M3_HD void scaled_down_quad(uint32_t four, uint32_t& lo, uint32_t& hi)
   hi = (byte_perm(magnitudes, 0, 0x4342) << 4) + byte_perm(signs, 0, 0x3424);
 }
 
+// The same into f16 (5 exponent bits, bias 15, 10 mantissa bits): the other 7 bits go to bits
+// 7..13 of each half, which then holds the value x 2^(7 - 15) = 2^-8, subnormals included.
+ATTNKIT_E4M3_HD void scaled_down_quad_f16(uint32_t four, uint32_t& lo, uint32_t& hi) {
+  const uint32_t magnitudes = four & 0x7f7f7f7fu, signs = four & 0x80808080u;
+  lo = (byte_perm(magnitudes, 0, 0x4140) << 7) + byte_perm(signs, 0, 0x1404);
+  hi = (byte_perm(magnitudes, 0, 0x4342) << 7) + byte_perm(signs, 0, 0x3424);
+}
+
 // Whether any of the four e4m3 bytes of `four` is NaN (low 7 bits all ones): adding 1 to each
 // byte's low 7 bits reaches bit 7 only from 0x7f, and never carries into the next byte.
 ATTNKIT_E4M3_HD bool has_nan(uint32_t four) { return (((four & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0; }
@@ -52,5 +61,6 @@ ATTNKIT_E4M3_HD bool has_nan(uint32_t four) { return (((four & 0x7f7f7f7fu) + 0x
 // blocks (latents of 255 x 448 = 114,240 or more) multiply twice, by 2^120 and then by the scale.
 constexpr float kOneStepScaleLimit = 255.0f;
 constexpr float kTwoPow120 = 1.329227995784916e36f;  // 2^120
+constexpr float kTwoPow8 = 256.0f;                    // the f16 form's factor: scale x 2^8
 
-}  // namespace attnkit::mla::e4m3_to_bf16
+}  // namespace attnkit::cuda::e4m3_to_bf16
