@@ -7,7 +7,8 @@
 #                           [--shapes "NAME;NAME"] [--backends "a b"] [--tests "x_tests y_tests"]
 # Environment: TEST_TIMEOUT (s a test executable, 300), BENCH_MAX_SECONDS (a backend and shape, 10),
 # PEERS_TIMEOUT (s for all peers, 480), FLEX_SHAPES ("NAME;NAME": where FlexAttention is compiled
-# and timed), PEERS_ARGS (more run_peers.py options), REPLAY_TIMEOUT (s for the Mooncake replay, 420).
+# and timed), PEERS_ARGS (more run_peers.py options), REPLAY_REQUESTS and REPLAY_TIMEOUT (the
+# Mooncake replay's requests, 60, and seconds, 300).
 # Full logs go to ./out (or the folder the variable OUT names): device-check.log, tests.log, attnkit.json, peers.json,
 # summary.md, sanitizer.log, replay-cp.log, replay-hybrid.{json,log}, flashinfer-aot.tar.xz (FlashInfer's
 # compiled modules, for reuse), and from the Python step pytest.log, pytest.xml, hf_generate.json,
@@ -137,16 +138,18 @@ fi
 
 if [[ $run_check == 1 && " $gpu_backends " == *" hopper "* && " $gpu_backends " == *" planned "* ]]; then
   # Serving long prompts: hopper's extend kernel with planned's decode against planned alone, the
-  # first 100 Mooncake conversation requests (prompts clamped to 32k), llama3-8b, every layer.
+  # first REPLAY_REQUESTS (60) Mooncake conversation requests (prompts clamped to 32k), llama3-8b,
+  # every layer.
   section "replay: hopper prefill + planned decode, against planned (Mooncake)"
-  timeout "${REPLAY_TIMEOUT:-420}" "$tool" replay --trace data/traces/mooncake_fast25_conversation_first400.jsonl \
-    --backend planned --prefill-backend hopper --decode-backend planned --max-requests 100 --max-context 32768 \
+  timeout "${REPLAY_TIMEOUT:-300}" "$tool" replay --trace data/traces/mooncake_fast25_conversation_first400.jsonl \
+    --backend planned --prefill-backend hopper --decode-backend planned --max-requests "${REPLAY_REQUESTS:-60}" \
+    --max-context 32768 \
     --json "$out/replay-hybrid.json" --no-progress >"$out/replay-hybrid.log" 2>&1
   if grep -q "no KV page leaked" "$out/replay-hybrid.log"; then
-    note "replay mooncake 100: $(awk '$2 == "cuda" && ($1 == "planned" || $1 ~ /hopper/) {print $1, "TTFT p50/90/99", $4}' \
+    note "replay mooncake ${REPLAY_REQUESTS:-60}: $(awk '$2 == "cuda" && ($1 == "planned" || $1 ~ /hopper/) {print $1, "TTFT p50/90/99", $4}' \
       "$out/replay-hybrid.log" | paste -sd';')"
   else
-    note "replay mooncake 100: FAILED or timed out (replay-hybrid.log)"
+    note "replay mooncake ${REPLAY_REQUESTS:-60}: FAILED or timed out (replay-hybrid.log)"
   fi
 fi
 
