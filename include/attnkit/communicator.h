@@ -38,7 +38,10 @@ class Communicator {
 // memory (the ranks share one GPU) and every copy is queued on the stream the ranks pass, one
 // stream for all of a round's calls, with no wait on the host: each rank's send is copied aside at
 // its call (so work queued after the call may rewrite it), and the gathered bytes into every
-// rank's recv at the last call.
+// rank's recv at the last call. The sends are gathered in a buffer the group keeps, allocated at
+// the first call of a round larger than any before: a round captured into a CUDA graph must come
+// after one of its size run outside the capture (refused otherwise), and the graph copies through
+// that buffer until a larger round replaces it.
 //
 // Why sequential ranks and not a thread a rank with a barrier: it is the simpler that is correct
 // here. The ranks share what one-rank programs share (the cpu backend's process-wide thread pool,

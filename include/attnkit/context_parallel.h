@@ -117,6 +117,17 @@ class ShardedPageTables {
 // calling thread's default stream, where the backends queue theirs, with no host copy or wait.
 // On a CPU backend the rows are staged and merged on the host.
 //
+// A GPU step can be captured in a CUDA graph of that stream (cuda::CapturedGraph, or the engine's
+// own capture), layer by layer as it runs eagerly: every rank's attend(), then every rank's
+// merge() (with NCCL, each rank's own). plan() stays outside the graph (it uploads from the host
+// and may allocate), and one step runs eagerly between the plan and the capture: the in-process
+// group allocates its gather buffer at a round's first call (and refuses to while capturing), and
+// a backend may set up its launches on first use. The graph holds the plan: the shares' sizes fix
+// its launches and the all-gather's size, and a later plan may move the step's buffers, so it
+// replays new q, k, v (and whatever the cache holds) until the next plan, and is captured anew
+// after one. The backend needs no graph state for that (init_cuda_graph_state is for replaying
+// later plans), only a forward that can be captured (planned's can).
+//
 // Refused (attnkit::Error at plan): sliding windows, sinks, score_mod / mask_mod and custom masks,
 // whose positions or softmax terms a share does not see whole.
 class ContextParallelDecode {

@@ -18,6 +18,9 @@ void copy_device_to_device(void* dst, const void* src, size_t nbytes);
 // Queued on `stream` (a cudaStream_t; null: the calling thread's default stream, where the backends
 // queue their kernels); returns without waiting for it.
 void copy_device_to_device_async(void* dst, const void* src, size_t nbytes, void* stream);
+// Whether `stream` (as above) is being captured into a CUDA graph: what is queued there then runs
+// only when the graph is launched, and nothing may be allocated.
+bool stream_is_capturing(void* stream);
 void device_memset(void* dst, uint8_t value, size_t nbytes);
 void device_synchronize();
 // Empty when a CUDA device can be used; else why not.

@@ -17,6 +17,7 @@ void copy_host_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_device_to_host(void*, const void*, size_t) { no_cuda(); }
 void copy_device_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_device_to_device_async(void*, const void*, size_t, void*) { no_cuda(); }
+bool stream_is_capturing(void*) { return false; }  // there is no stream to capture
 void device_memset(void*, uint8_t, size_t) { no_cuda(); }
 void device_synchronize() { no_cuda(); }
 std::string why_unavailable() { return "built without CUDA"; }

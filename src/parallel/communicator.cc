@@ -62,6 +62,12 @@ class InProcessGroup::Rank : public Communicator {
       if (r.device == Device::cpu) {
         r.gathered.resize(total);
       } else if (r.gathered_dev.nbytes() < total) {
+        // A graph would keep the new buffer's address without allocating it (the runtime refuses
+        // an allocation during capture anyway): the round's size must have run once before.
+        ATTNKIT_CHECK(!cuda::stream_is_capturing(stream), "in-process all_gather: rank ", rank_, " starts a round of ",
+                      bytes, " bytes a rank, whose gather buffer (", total, " bytes, ", r.gathered_dev.nbytes(),
+                      " allocated) cannot be allocated while the stream is captured into a CUDA graph: run one round "
+                      "of this size before capturing");
         r.gathered_dev = Buffer(r.device, total);
       }
     }

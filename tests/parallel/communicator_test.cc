@@ -1,5 +1,5 @@
-// The in-process group's all-gather on the host and on one GPU, and the NCCL entry points of a
-// build without NCCL.
+// The in-process group's all-gather on the host and on one GPU (also captured in a CUDA graph),
+// and the NCCL entry points of a build without NCCL.
 #include "attnkit/communicator.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 
 #include "attnkit/error.h"
 #include "attnkit/tensor.h"
+#include "cuda/captured_graph.h"
 #include "gpu_test.h"
 
 namespace attnkit {
@@ -85,6 +86,54 @@ TEST(InProcessGroup, AllGatherOfDeviceBuffersOnOneGpu) {
       const float f = float(round);
       EXPECT_EQ(download(r), (std::vector<float>{f, 0, f + 1, 10, f + 2, 20})) << "round " << round << " rank " << r;
     }
+  }
+}
+
+// A captured round copies through the group's gather buffer, which a capture cannot allocate: the
+// first round of a size is refused there, and after one run outside, the captured round replays
+// new sends.
+TEST(InProcessGroup, DeviceRoundCapturedAfterOneOfItsSizeOnOneGpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  InProcessGroup group(2, Device::cuda);
+  std::vector<Buffer> send, recv;
+  for (int r = 0; r < 2; ++r) {
+    send.emplace_back(Device::cuda, 2 * sizeof(float));
+    recv.emplace_back(Device::cuda, 4 * sizeof(float));
+  }
+  auto round = [&] {
+    for (int r = 0; r < 2; ++r) {
+      group.rank(r).all_gather(static_cast<const float*>(send[static_cast<size_t>(r)].data()),
+                               static_cast<float*>(recv[static_cast<size_t>(r)].data()), 2);
+    }
+  };
+  auto load = [&](float base) {
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> values = {base + float(r), base + float(10 * r)};
+      send[static_cast<size_t>(r)].copy_from_host(values.data(), 2 * sizeof(float));
+      recv[static_cast<size_t>(r)].fill_bytes(0xFF);
+    }
+  };
+  try {
+    cuda::CapturedGraph first;
+    first.capture(round);
+    FAIL() << "a captured round allocated the gather buffer";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "in-process all_gather: rank 0 starts a round of 8 bytes a rank, whose gather buffer (16 bytes, 0 "
+                 "allocated) cannot be allocated while the stream is captured into a CUDA graph: run one round of "
+                 "this size before capturing");
+  }
+  load(1.0f);
+  round();
+  cuda::CapturedGraph graph;
+  graph.capture(round);
+  load(5.0f);
+  graph.replay();
+  synchronize(Device::cuda);
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> got(4);
+    recv[static_cast<size_t>(r)].copy_to_host(got.data(), 4 * sizeof(float));
+    EXPECT_EQ(got, (std::vector<float>{5, 5, 6, 15})) << "rank " << r;
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "harness/device_copy.h"
 
@@ -20,6 +21,16 @@ Staged on_device(Device device, const TensorView& host) {
   std::memcpy(s.host_data(), host.data, host.nbytes());
   s.upload();
   return s;
+}
+
+enum class Rows { q, k, v, out };
+
+// The world's [batch_size, heads, dim] rows of one kind, in its dtype on its device.
+Staged rows(const CpWorld& world, Rows kind) {
+  const AttentionSpec& sp = world.c.spec;
+  const bool kv = kind == Rows::k || kind == Rows::v;
+  const int dim = kind == Rows::q || kind == Rows::k ? sp.head_dim_qk : sp.head_dim_vo;
+  return Staged(world.device, world.c.dtype, {world.global.batch_size(), kv ? sp.num_kv_heads : sp.num_qo_heads, dim});
 }
 
 Staged random_values(DType dtype, std::vector<int64_t> shape, uint64_t seed, float lo, float hi) {
@@ -122,36 +133,60 @@ CpWorld::Step CpWorld::step() {
   Step s;
   const int64_t n = global.batch_size();
   const AttentionSpec& sp = c.spec;
+  StepBuffers io(*this);
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerInputs in(sp, n, c.seed * 1000003 + static_cast<uint64_t>(layer) * 4, c.dtype);
     Staged ref_out(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_vo});
     ref_out.poison();
     ref->forward(layer, in.q32.host(), in.k32.host(), in.v32.host(), ref_out.host());
 
-    const Staged q = on_device(device, in.q.host()), k = on_device(device, in.k.host()),
-                 v = on_device(device, in.v.host());
-    for (auto& rank : ranks) rank->attend(layer, q.dev(), k.dev(), v.dev());
-    std::vector<Staged> outs;
-    for (int r = 0; r < c.num_ranks; ++r) {
-      outs.emplace_back(device, c.dtype, std::vector<int64_t>{n, sp.num_qo_heads, sp.head_dim_vo});
-      outs.back().poison();
-      ranks[static_cast<size_t>(r)]->merge(outs.back().dev());
-      synchronize(device);
-      outs.back().download();
-    }
-    const Comparison cmp = compare(outs[0].host(), ref_out.host());
+    io.load(in);
+    io.poison_outputs();
+    run_layer(layer, io);
+    const std::vector<std::vector<uint8_t>> outs = io.download_outputs();
+    const Comparison cmp = compare(io.outs[0].host(), ref_out.host());
     if (cmp.rel_err >= s.rel_err) {
       s.rel_err = cmp.rel_err;
       std::ostringstream os;
       os << "layer " << layer << " flat element " << cmp.worst << ": got " << cmp.got << ", reference " << cmp.want;
       s.message = os.str();
     }
-    const auto* rank0 = static_cast<const uint8_t*>(outs[0].host().data);
-    s.outputs.emplace_back(rank0, rank0 + outs[0].host().nbytes());
-    for (const Staged& o : outs)
-      s.ranks_agree = s.ranks_agree && std::memcmp(o.host().data, rank0, o.host().nbytes()) == 0;
+    s.outputs.push_back(outs[0]);
+    for (const auto& o : outs) s.ranks_agree = s.ranks_agree && o == outs[0];
   }
   return s;
+}
+
+void CpWorld::run_layer(int layer, StepBuffers& io) {
+  for (auto& rank : ranks) rank->attend(layer, io.q.dev(), io.k.dev(), io.v.dev());
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r]->merge(io.outs[r].dev());
+}
+
+StepBuffers::StepBuffers(const CpWorld& world)
+    : q(rows(world, Rows::q)), k(rows(world, Rows::k)), v(rows(world, Rows::v)) {
+  for (int r = 0; r < world.c.num_ranks; ++r) outs.push_back(rows(world, Rows::out));
+}
+
+void StepBuffers::load(const LayerInputs& in) {
+  for (auto [dst, src] : {std::pair{&q, &in.q}, std::pair{&k, &in.k}, std::pair{&v, &in.v}}) {
+    std::memcpy(dst->host_data(), src->host().data, src->host().nbytes());
+    dst->upload();
+  }
+}
+
+void StepBuffers::poison_outputs() {
+  for (auto& o : outs) o.poison();
+}
+
+std::vector<std::vector<uint8_t>> StepBuffers::download_outputs() {
+  synchronize(q.dev().device);
+  std::vector<std::vector<uint8_t>> bytes;
+  for (auto& o : outs) {
+    o.download();
+    const auto* data = static_cast<const uint8_t*>(o.host().data);
+    bytes.emplace_back(data, data + o.host().nbytes());
+  }
+  return bytes;
 }
 
 std::vector<uint8_t> CpWorld::cache_bytes() const {

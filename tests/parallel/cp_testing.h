@@ -35,6 +35,8 @@ struct CpCase {
   DType dtype = DType::bf16;  // q, k, v, the output and every cache
 };
 
+class StepBuffers;
+
 // The ranks of one case: built (caches, page tables, history written, plans made) by the
 // constructor; step() runs every layer once.
 class CpWorld {
@@ -48,6 +50,9 @@ class CpWorld {
     std::vector<std::vector<uint8_t>> outputs;  // [layer] rank 0's output bytes
   };
   Step step();
+  // One layer on every rank, queued and not waited for: every rank's attend of io's q, k, v, then
+  // every rank's merge into its output, the order of the in-process group (and of a graph of it).
+  void run_layer(int layer, StepBuffers& io);
 
   // Every rank's cache, every layer's K and V pools, as bytes.
   std::vector<uint8_t> cache_bytes() const;
@@ -65,6 +70,20 @@ class CpWorld {
   std::unique_ptr<KvCache> ref_cache;
   ForwardBatch ref_batch;
   std::unique_ptr<AttentionBackend> ref;
+};
+
+// One layer's q, k, v and every rank's output on the world's device, at addresses that stay for
+// the object's life (a captured step reads and writes these).
+class StepBuffers {
+ public:
+  explicit StepBuffers(const CpWorld& world);
+  void load(const LayerInputs& in);  // in's q, k, v into the same buffers
+  void poison_outputs();
+  // Waits for the device, then every rank's output bytes (also in outs[r].host()).
+  std::vector<std::vector<uint8_t>> download_outputs();
+
+  harness::Staged q, k, v;
+  std::vector<harness::Staged> outs;  // [num_ranks]
 };
 
 }  // namespace attnkit::cp_testing

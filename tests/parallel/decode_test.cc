@@ -1,7 +1,8 @@
 // ContextParallelDecode on the CPU backends against `reference` over the unsharded history: 2, 3
 // and 8 ranks, both share layouts, lengths that the ranks do not divide, empty shares, GQA
 // (llama3-8b's heads and small ones), a bf16 cache; bit-identical on every rank and run to run.
-// On one GPU (`planned`), the device step the same ways, in bf16 and f16.
+// On one GPU (`planned`), the device step the same ways, in bf16 and f16, and captured in a CUDA
+// graph.
 //
 // The bound is default_tolerance(bf16, bf16), the one the backends' own tests use (4 units of
 // bf16 roundoff of max|reference|): every rank reads the same rounded q and cache bytes as the
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cp_testing.h"
+#include "cuda/captured_graph.h"
 #include "gpu_test.h"
 #include "param_name.h"
 
@@ -167,6 +169,58 @@ TEST(ContextParallelDecode, DeviceStepsRepeatBitForBitOnOneGpu) {
   const CpWorld::Step b = world.step();
   EXPECT_TRUE(a.ranks_agree && b.ranks_agree);
   EXPECT_EQ(a.outputs, b.outputs);
+}
+
+// Elements of 16 bits where `a` and `b` differ, and those of `a` still holding the poison.
+struct BitDiff {
+  size_t differ = 0, poisoned = 0;
+};
+BitDiff bit_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  BitDiff d;
+  for (size_t i = 0; i + 1 < a.size(); i += 2) {
+    d.differ += i + 1 >= b.size() || a[i] != b[i] || a[i + 1] != b[i + 1];
+    d.poisoned += a[i] == 0xFF && a[i + 1] == 0xFF;
+  }
+  return d;
+}
+
+// One layer of the device step captured in a CUDA graph, as an engine replays a decode step:
+// every rank's attend, then every rank's merge, captured after the plan and one eager step (which
+// sizes the in-process group's gather buffer and sets up the backends' launches), replayed on new
+// q, k, v written into the captured buffers. The same bits as an eager step on those inputs, on
+// every rank. The graph replays the plan it was captured under, so the backends need no graph
+// state of their own (init_cuda_graph_state is for replaying later plans).
+TEST(ContextParallelDecode, DeviceStepCapturedInACudaGraphReplaysNewInputs) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  // Runs of two pages of 16: rank 2 holds two of the four requests and stores no new token.
+  CpWorld world(planned_case(3, ShareKind::contiguous, 128, {97, 1, 250, 33}));
+  ASSERT_EQ(world.ranks[2]->share().batch.batch_size(), 2);
+  ASSERT_TRUE(world.ranks[2]->share().store.token_idx.empty());
+  const int64_t n = world.global.batch_size();
+  const int layer = 1;
+  cp_testing::StepBuffers io(world);
+  io.load(cp_testing::LayerInputs(world.c.spec, n, 11, world.c.dtype));
+  world.run_layer(layer, io);
+  const std::vector<std::vector<uint8_t>> warm_up = io.download_outputs();
+
+  cuda::CapturedGraph graph;
+  graph.capture([&] { world.run_layer(layer, io); });
+  io.load(cp_testing::LayerInputs(world.c.spec, n, 12, world.c.dtype));
+  io.poison_outputs();
+  graph.replay();
+  const std::vector<std::vector<uint8_t>> replayed = io.download_outputs();
+  io.poison_outputs();
+  world.run_layer(layer, io);
+  const std::vector<std::vector<uint8_t>> eager = io.download_outputs();
+
+  for (size_t r = 0; r < replayed.size(); ++r) {
+    const BitDiff d = bit_diff(replayed[r], eager[r]);
+    EXPECT_EQ(d.differ, 0u) << "rank " << r << ": replay and eager step differ in " << d.differ << " of "
+                            << replayed[r].size() / 2 << " elements";
+    EXPECT_EQ(d.poisoned, 0u) << "rank " << r << ": the replay left " << d.poisoned << " elements unwritten";
+    EXPECT_EQ(bit_diff(replayed[r], replayed[0]).differ, 0u) << "rank " << r << "'s replayed output is not rank 0's";
+  }
+  EXPECT_GT(bit_diff(replayed[0], warm_up[0]).differ, 0u) << "the replay did not read the new q, k, v";
 }
 
 // A GPU rank's states stay on the GPU, so its group must gather there.
