@@ -355,7 +355,8 @@ PEER_VARIANTS: Dict[str, tuple] = {
 
 
 def applies(peer: str, shape: Shape) -> bool:
-    return shape.phase in PEERS[peer][1] and shape.variant in PEER_VARIANTS.get(peer, (None,))
+    return (shape.phase in PEERS[peer][1] and shape.variant in PEER_VARIANTS.get(peer, (None,)) and
+            shape.kv_dtype == "bf16")
 
 
 def flashinfer_version() -> Optional[str]:

@@ -29,6 +29,7 @@ class Shape:
     variant_arg: int = 0                # "softcap": the cap; "document": the tokens of each document
     head_dim: int = HEAD_DIM
     page_size: int = PAGE_SIZE
+    kv_dtype: str = "bf16"              # the cache; "e4m3" (scales 1) is timed on attnkit alone
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -128,7 +129,8 @@ class Shape:
         if args is None:
             return None
         dims = [] if self.head_dim == HEAD_DIM else ["--head-dim", str(self.head_dim)]
-        return args + ["--page-size", str(self.page_size)] + dims + self.attnkit_variant_args()
+        cache = [] if self.kv_dtype == "bf16" else ["--kv-dtype", self.kv_dtype]
+        return args + ["--page-size", str(self.page_size)] + dims + cache + self.attnkit_variant_args()
 
     def _attnkit_shape_args(self, tool_has_requests: bool) -> Optional[List[str]]:
         if tool_has_requests:
@@ -169,6 +171,10 @@ SHAPES: List[Shape] = [
     Shape("prefill varlen causal 4x4096 page 64", "prefill", [(0, 4096)] * 4, causal=True, page_size=64),
     Shape("prefill varlen full 4x4096 page 64", "prefill", [(0, 4096)] * 4, causal=False, page_size=64),
     Shape("chunked prefill 2048 on 30720 page 64", "prefill", [(30720, 2048)], causal=True, page_size=64),
+    # Pages of one slot (SGLang's token pool: rows gathered one by one) and an e4m3 cache.
+    Shape("prefill causal 1x8192 page 1", "prefill", [(0, 8192)], causal=True, page_size=1),
+    Shape("chunked prefill 2048 on 30720 page 1", "prefill", [(30720, 2048)], causal=True, page_size=1),
+    Shape("prefill causal 1x8192 e4m3 cache", "prefill", [(0, 8192)], causal=True, kv_dtype="e4m3"),
     Shape("prefill full 1x8192 d64", "prefill", [(0, 8192)], causal=False, head_dim=64),
     Shape("prefill full 1x8192 d256", "prefill", [(0, 8192)], causal=False, head_dim=256),
     # 16 prompts drawn from the Azure LLM 2023 conversation trace's ContextTokens
