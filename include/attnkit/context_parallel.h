@@ -183,10 +183,18 @@ std::vector<int32_t> zigzag_rows(const ForwardBatch& global, int num_ranks, int 
 // collective); attend() stores the tokens whose pages are this rank's into its cache, attends each
 // of its query chunks [qa, qb) to every KV chunk [ka, kb) it sees (fully where kb <= qa, with the
 // backend's causal mask where it is the same chunk, skipped where ka >= qb) and merges the
-// partial states of each row. The gathered K/V of the whole batch are held for the layer in a
-// scratch cache of one layer, read by two backends of the given registry name: one with the
-// layer's causal spec, one with it non-causal. Every layer must have the same spec as layer 0;
-// MLA, windows, sinks, modifiers and custom masks are refused.
+// partial states of each row, folded in the order of their KV chunks (the same bits every run),
+// in f32 and rounded once to q's dtype. The gathered K/V of the whole batch are held for the
+// layer in a scratch cache of one layer, read by two backends of the given registry name: one
+// with the layer's causal spec, one with it non-causal. Every layer must have the same spec as
+// layer 0; MLA, windows, sinks, modifiers and custom masks are refused.
+//
+// On a GPU cache the communicator must gather on the GPU too (NCCL, or InProcessGroup on
+// Device::cuda), and the step stays there: plan() uploads every index array a layer follows and
+// sizes the step's buffers and the scratch cache (kept from batch to batch, grown when a batch
+// needs more); exchange() and attend() only queue kernels, the cache stores, the backends and the
+// collective on the calling thread's default stream, with no host copy or wait. On the CPU the
+// same index arrays are followed by host copies.
 class ContextParallelPrefill {
  public:
   // `cache` is this rank's (pages of the layout's rank_num_pages); all outlive this object.
@@ -197,14 +205,20 @@ class ContextParallelPrefill {
   // Once per batch; the batch must stay alive and unchanged until the next plan.
   void plan(const ForwardBatch& global);
   // q [rows, num_qo_heads, head_dim_qk], k [rows, num_kv_heads, head_dim_qk],
-  // v [rows, num_kv_heads, head_dim_vo]: this rank's zigzag_rows, on the cache's device.
+  // v [rows, num_kv_heads, head_dim_vo]: this rank's zigzag_rows, on the cache's device; read
+  // (in stream order on a GPU) by exchange alone, so they need not outlive it.
   void exchange(int layer, const TensorView& q, const TensorView& k, const TensorView& v);
   // out [rows, num_qo_heads, head_dim_vo], q's dtype. After every rank's exchange (in-process).
   void attend(const TensorView& out);
   const std::vector<int32_t>& rows() const { return rows_; }
 
  private:
-  struct Plan;
+  struct Plan;  // parallel/prefill_plan.h
+  void plan_device();
+  void exchange_host(const TensorView& q, const TensorView& k, const TensorView& v);
+  void exchange_device(const TensorView& q, const TensorView& k, const TensorView& v);
+  void attend_host(const TensorView& out);
+  void attend_device(const TensorView& out);
   Communicator& comm_;
   std::string backend_name_;
   const ModelSpec& model_;
