@@ -1,7 +1,7 @@
 // CapturedGraph in a build without CUDA: there is no stream to capture or replay on, so both say
 // why (the GPU tests that use it skip themselves before).
 #include "attnkit/error.h"
-#include "cuda/captured_graph.h"
+#include "core/captured_graph.h"
 
 namespace attnkit::cuda {
 

@@ -1,4 +1,4 @@
-#include "cuda/captured_graph.h"
+#include "core/captured_graph.h"
 
 #include <cuda_runtime.h>
 

@@ -10,7 +10,7 @@
 
 #include "attnkit/error.h"
 #include "attnkit/tensor.h"
-#include "cuda/captured_graph.h"
+#include "core/captured_graph.h"
 #include "gpu_test.h"
 
 namespace attnkit {

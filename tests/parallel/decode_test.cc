@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cp_testing.h"
-#include "cuda/captured_graph.h"
+#include "core/captured_graph.h"
 #include "gpu_test.h"
 #include "param_name.h"
 

@@ -8,7 +8,7 @@
 
 #include "backends/planned/page_table.h"
 #include "backends/planned/plan.h"
-#include "cuda/captured_graph.h"
+#include "core/captured_graph.h"
 
 typedef struct CUevent_st* cudaEvent_t;
 typedef struct CUstream_st* cudaStream_t;
@@ -76,7 +76,7 @@ class PlanArena {
   uint64_t generation_ = 0;
 };
 
-// A CUDA graph of a forward, for tests and callers without a CUDA runtime (cuda/captured_graph.h).
+// A CUDA graph of a forward, for tests and callers without a CUDA runtime (core/captured_graph.h).
 using CapturedGraph = cuda::CapturedGraph;
 
 }  // namespace attnkit::planned

@@ -8,7 +8,7 @@
 
 #include "attnkit/registry.h"
 #include "backends/mla/backend.h"
-#include "cuda/captured_graph.h"
+#include "core/captured_graph.h"
 #include "gpu_test.h"
 #include "harness/device_copy.h"
 #include "output_bits.h"

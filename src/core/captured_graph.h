@@ -1,6 +1,7 @@
 // A CUDA graph of what a callable enqueues on the calling thread's default stream (the stream the
 // backends and the cache store use), replayed on that stream. Lives in the library, so callers
-// need no CUDA runtime of their own.
+// need no CUDA runtime of their own: cuda/captured_graph.cc in a CUDA build, else
+// core/captured_graph_none.cc, which throws saying so (the GPU tests that use it skip first).
 #pragma once
 
 #include <functional>
