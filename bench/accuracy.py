@@ -35,13 +35,22 @@ def exact(q, k, v, causal):
 
 
 def sdpa(q, k, v, causal):
+    """SDPA's output and its kernel's name: cuDNN on a GPU (flash where this torch's cuDNN kernel
+    refuses the shape, said in the name), the math kernel on the CPU. K and V are repeated to the
+    query heads first, which every kernel takes."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    kernel = SDPBackend.CUDNN_ATTENTION if q.is_cuda else SDPBackend.MATH
-    with sdpa_kernel(kernel):
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
-            is_causal=causal, enable_gqa=True)
-    return out.squeeze(0).transpose(0, 1), "cuDNN" if q.is_cuda else "SDPA math"
+    group = HEADS // KV_HEADS
+    args = [t.transpose(0, 1).unsqueeze(0) for t in (q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))]
+    kernels = [(SDPBackend.CUDNN_ATTENTION, "cuDNN"), (SDPBackend.FLASH_ATTENTION, "flash (cuDNN refused)")] \
+        if q.is_cuda else [(SDPBackend.MATH, "SDPA math")]
+    for kernel, name in kernels:
+        try:
+            with sdpa_kernel(kernel):
+                out = torch.nn.functional.scaled_dot_product_attention(*args, is_causal=causal)
+            return out.squeeze(0).transpose(0, 1), name
+        except RuntimeError as e:
+            print(f"SDPA {name}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+    raise RuntimeError("no SDPA kernel ran")
 
 
 def attnkit_forward(backend_name, q, k, v, causal, seed):
