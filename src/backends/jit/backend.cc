@@ -168,6 +168,7 @@ void JitBackend::launch_mma_tile(int layer, const jit::CompiledKernel& kernel, c
   void* args[] = {&a.q, &a.out, &a.k_pool, &a.v_pool, &items, &a.requests, &a.pages, &a.sinks, &o_part, &lse_part,
                   &a.sm_scale, &a.soft_cap, &a.window_left, &a.causal, &tile_flags};
   const dim3 grid(static_cast<unsigned>(w.num_items), static_cast<unsigned>(lp.num_kv_heads));
+  kernel.smem_opt_in->ensure(kernel.entry, static_cast<int>(kernel.smem_bytes));  // once a device
   ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, kernel.smem_bytes, stream()));
   if (w.num_merges == 0) return;
   void* merge_args[] = {&a.out, &o_part, &lse_part, &merges, &a.requests, &a.sinks};

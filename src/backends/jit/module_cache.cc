@@ -115,7 +115,7 @@ const CompiledKernel& ModuleCache::get(const KernelKey& key) {
     }
     k.threads = key.tile.threads();
     k.smem_bytes = mma_tile_smem_bytes(key);
-    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(k.entry, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));
+    k.smem_opt_in->ensure(k.entry, static_cast<int>(k.smem_bytes));  // here for the occupancy query below
   } else {
     k.threads = kWarpRowThreads;
   }

@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "backends/jit/disk_cache.h"
 #include "backends/jit/source.h"
+#include "cuda/smem_opt_in.h"
 
 namespace attnkit::jit {
 
@@ -18,6 +20,9 @@ struct CompiledKernel {
   const void* tile_mask = nullptr;  // mma_tile's once-a-batch mask_mod tile flags; nullptr without one
   int threads = 0;              // a CTA's
   size_t smem_bytes = 0;        // dynamic shared memory a launch asks for
+  // The opt-in to smem_bytes, made on each device the kernel launches on (a cudaKernel_t is
+  // loaded for every device, its attributes are set per device); shared by the copies.
+  std::shared_ptr<cuda::SmemOptIn> smem_opt_in = std::make_shared<cuda::SmemOptIn>();
   int ctas_per_sm = 0;          // what the SM holds at once (the occupancy calculator's)
   double compile_ms = 0.0;      // NVRTC's time; 0 where the module came from the disk cache
   double load_ms = 0.0;         // the disk read and the module load

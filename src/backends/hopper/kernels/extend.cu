@@ -13,6 +13,7 @@
 #include "backends/hopper/kernels/kernel.cuh"
 #include "cuda/check.h"
 #include "cuda/memory.h"
+#include "cuda/smem_opt_in.h"
 
 namespace attnkit::hopper {
 
@@ -57,11 +58,8 @@ KvLoad kv_load(const ExtendParams& p) {
 
 template <typename C>
 void launch_config(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream) {
-  static const bool smem_ready = [] {  // past 48 KB a kernel must opt in, once a process
-    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(extend_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    return true;
-  }();
-  (void)smem_ready;
+  static cuda::SmemOptIn smem_opt_in;  // past 48 KB, once a device
+  smem_opt_in.ensure(reinterpret_cast<const void*>(extend_kernel<C>), C::kSmemBytes);
   static const int num_sms = cuda::device_info().num_sms;
   const int work = p.num_work_items * p.num_kv_heads;
   const int grid = work < num_sms ? work : num_sms;

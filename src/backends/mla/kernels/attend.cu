@@ -3,14 +3,13 @@
 // tile (weights exp(lse_s - max) over its splits).
 #include <cuda_bf16.h>
 
-#include <mutex>
-
 #include "attnkit/error.h"
 
 #include "backends/mla/kernels/attend.h"
 #include "backends/mla/kernels/attend_kernel.cuh"
 #include "backends/mla/kernels/narrow_kernel.cuh"
 #include "cuda/check.h"
+#include "cuda/smem_opt_in.h"
 
 namespace attnkit::mla {
 
@@ -65,21 +64,20 @@ LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size, bo
 
 namespace {
 
-// `attr_once` is the kernel's own: its shared-memory attribute is set at its first launch.
+// `smem_opt_in` is the kernel's own: its shared-memory opt-in is made at its first launch on each
+// device.
 template <typename Kernel>
-void launch(Kernel kernel, std::once_flag& attr_once, int threads, int smem_bytes, const AttendParams& p,
+void launch(Kernel kernel, cuda::SmemOptIn& smem_opt_in, int threads, int smem_bytes, const AttendParams& p,
             const LatentMap& map, cudaStream_t stream, const char* name) {
-  std::call_once(attr_once, [&] {
-    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  });
+  smem_opt_in.ensure(reinterpret_cast<const void*>(kernel), smem_bytes);
   kernel<<<p.num_work, threads, smem_bytes, stream>>>(map, p);
   ATTNKIT_CUDA_CHECK_LAUNCH("mla ", name, ", ", p.num_work, " items");
 }
 
 template <int kN, bool kFp8>
 void launch_narrow(const AttendParams& p, const LatentMap& map, cudaStream_t stream) {
-  static std::once_flag attr_once;
-  launch(narrow_kernel<kN, kFp8>, attr_once, narrow_detail::Layout<kN, kFp8>::kThreads,
+  static cuda::SmemOptIn smem_opt_in;
+  launch(narrow_kernel<kN, kFp8>, smem_opt_in, narrow_detail::Layout<kN, kFp8>::kThreads,
          narrow_detail::Layout<kN, kFp8>::kSmemBytes, p, map,
          stream, "narrow_kernel");
 }
@@ -96,8 +94,8 @@ void launch_attend(const AttendParams& p, const LatentMap& map, cudaStream_t str
     } else {
       ATTNKIT_CHECK(p.tile_rows == kTileRows && !p.fp8_latent, "mla: no kernel takes row tiles of ", p.tile_rows,
                     p.fp8_latent ? " on an fp8_blocked cache" : " on a bf16 cache");
-      static std::once_flag attr_once;
-      launch(attend_kernel, attr_once, attend_detail::kThreads, attend_detail::kSmemBytes, p, map, stream, "attend_kernel");
+      static cuda::SmemOptIn smem_opt_in;
+      launch(attend_kernel, smem_opt_in, attend_detail::kThreads, attend_detail::kSmemBytes, p, map, stream, "attend_kernel");
     }
   }
   if (p.num_merges > 0) {

@@ -7,6 +7,7 @@
 
 #include "cuda/check.h"
 #include "cuda/memory.h"
+#include "cuda/smem_opt_in.h"
 
 namespace attnkit::planned {
 
@@ -14,13 +15,8 @@ namespace {
 
 template <typename C>
 void set_smem_limit() {
-  // Above 48 KB a kernel must opt in; once per instance is enough.
-  static const bool done = [] {
-    ATTNKIT_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            C::kSmemBytes));
-    return true;
-  }();
-  (void)done;
+  static cuda::SmemOptIn smem_opt_in;  // above 48 KB, once a device
+  smem_opt_in.ensure(reinterpret_cast<const void*>(decode_kernel<C>), C::kSmemBytes);
 }
 
 template <typename C>

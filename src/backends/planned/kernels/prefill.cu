@@ -9,6 +9,7 @@
 #include "backends/planned/kernels/prefill_kernel.cuh"
 #include "backends/planned/kernels/select.cuh"
 #include "cuda/check.h"
+#include "cuda/smem_opt_in.h"
 
 namespace attnkit::planned {
 
@@ -50,13 +51,8 @@ void launch_config(const PrefillParams& p, cudaStream_t stream) {
                                             " runs on wgmma, which needs a Hopper (sm_90a) GPU, got compute capability ",
                                             major, ".x"));
   }
-  // Past 48 KB a kernel must opt in; once per instantiation is enough for the process.
-  static const bool smem_ready = [] {
-    ATTNKIT_CUDA_CHECK(
-        cudaFuncSetAttribute(prefill_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    return true;
-  }();
-  (void)smem_ready;
+  static cuda::SmemOptIn smem_opt_in;  // past 48 KB, once a device
+  smem_opt_in.ensure(reinterpret_cast<const void*>(prefill_kernel<C>), C::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(p.num_work_items), static_cast<unsigned>(p.num_kv_heads));
   prefill_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
   ATTNKIT_CUDA_CHECK_LAUNCH("planned prefill (head_dim ", p.head_dim_qk, ", ", p.num_work_items, " work items x ",
