@@ -60,9 +60,11 @@ else
   echo "no Python 3.12 here (DEVICE_PYTHON): dist/ has no Python package; device-python.sh builds it there"
 fi
 
-# The planner's host-cost benchmark, where Google Benchmark was found (timed on the device's host).
-[[ -x "$build/bench/planned_plan_bench" ]] && mkdir -p "$dist/bench" &&
-  cp "$build/bench/planned_plan_bench" "$dist/bench/"
+# The planners' host-cost benchmarks, where Google Benchmark was found (timed on the device's
+# host), and the context-parallel decode across the host's GPUs.
+for b in planned_plan_bench mla_plan_bench cp_decode_bench; do
+  [[ -x "$build/bench/$b" ]] && mkdir -p "$dist/bench" && cp "$build/bench/$b" "$dist/bench/"
+done
 
 # Shared libraries the device image lacks: anything not from the C/C++ runtime, the driver or
 # the CUDA toolkit (libcublas is in the toolkit there). Copied with their soname.
