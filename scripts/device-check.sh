@@ -10,7 +10,8 @@
 # and timed), PEERS_ARGS (more run_peers.py options), REPLAY_REQUESTS and REPLAY_TIMEOUT (the
 # Mooncake replay's requests, 60, and seconds, 300).
 # Full logs go to ./out (or the folder the variable OUT names): device-check.log, tests.log, attnkit.json, peers.json,
-# summary.md, sanitizer.log, replay-cp.log, replay-hybrid.{json,log}, flashinfer-aot.tar.xz (FlashInfer's
+# summary.md, sanitizer.log, replay-cp.log, replay-hybrid.{json,log}, cp-decode-*.log (hosts of
+# several GPUs), flashinfer-aot.tar.xz (FlashInfer's
 # compiled modules, for reuse), and from the Python step pytest.log, pytest.xml, hf_generate.json,
 # accuracy.json, python_overhead*.json.
 set -uo pipefail
@@ -151,6 +152,20 @@ if [[ $run_check == 1 && " $gpu_backends " == *" hopper "* && " $gpu_backends " 
   else
     note "replay mooncake ${REPLAY_REQUESTS:-60}: FAILED or timed out (replay-hybrid.log)"
   fi
+fi
+
+# Context parallelism over this host's GPUs, where it has several (NCCL, a thread a GPU): the
+# multi-GPU targets' figures (docs/benchmarks.md).
+num_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+cp_bench=$(dirname "$tool")/bench/cp_decode_bench
+[[ -x "$cp_bench" ]] || cp_bench=build-device/bench/cp_decode_bench
+if [[ $run_check == 1 && $num_gpus -ge 2 && -x "$cp_bench" ]]; then
+  section "context parallel decode over $num_gpus GPUs"
+  timeout 300 "$cp_bench" --gpus "$num_gpus" --requests 1048576 --preset llama3-70b --layers 4 \
+    2>&1 | tee "$out/cp-decode-1m.log"
+  timeout 300 "$cp_bench" --gpus 2 --requests 262144x16 --preset llama3-8b --layers 4 2>&1 | tee "$out/cp-decode-16x256k.log"
+  note "cp decode 1M over $num_gpus GPUs: $(grep -E 'share read rate' "$out/cp-decode-1m.log" || echo FAILED)"
+  note "cp decode 16 x 256k: $(grep -E 'speed-up' "$out/cp-decode-16x256k.log" || echo FAILED)"
 fi
 
 if [[ $run_mla == 1 && $run_check == 1 ]]; then
