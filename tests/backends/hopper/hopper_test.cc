@@ -145,6 +145,22 @@ TEST(HopperSupport, NamesTheFieldAndTheValue) {
   EXPECT_EQ(caps.page_sizes, (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256}));
 }
 
+// The capability every caller reads: a 16-bit cache must have q's dtype, an e4m3 one is taken
+// under either (dequantised as rows load).
+TEST(HopperSupport, CacheIsQsDtypeOrE4m3) {
+  const Capabilities caps = hopper::capabilities();
+  const AttentionSpec spec = AttentionSpec::dense(8, 2, 128);
+  KvCacheConfig cache = KvCacheConfig::for_spec(spec);
+  cache.device = Device::cuda;
+  cache.page_size = 16;
+  cache.dtype = DType::e4m3;
+  EXPECT_EQ(why_unsupported(caps, spec, cache, nullptr, DType::bf16), "");
+  EXPECT_EQ(why_unsupported(caps, spec, cache, nullptr, DType::f16), "");
+  cache.dtype = DType::f16;
+  EXPECT_EQ(why_unsupported(caps, spec, cache, nullptr, DType::f16), "");
+  EXPECT_EQ(why_unsupported(caps, spec, cache, nullptr, DType::bf16), "cache dtype must be q's (bf16), got f16");
+}
+
 TEST(HopperSupport, TilesHoldWholeTokens) {
   EXPECT_EQ(hopper::tile_rows(128, 1), 128);
   EXPECT_EQ(hopper::tile_rows(128, 4), 128);
