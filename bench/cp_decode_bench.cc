@@ -28,6 +28,7 @@
 #include "attnkit/error.h"
 #include "attnkit/registry.h"
 #include "core/device_memory.h"
+#include "cuda/check.h"
 
 namespace {
 
@@ -57,12 +58,6 @@ std::vector<int64_t> parse_requests(const std::string& text) {
   }
   return lens;
 }
-
-#define BENCH_CUDA(expr)                                                                            \
-  do {                                                                                              \
-    const cudaError_t bench_err = (expr);                                                           \
-    ATTNKIT_CHECK(bench_err == cudaSuccess, #expr, " failed: ", cudaGetErrorString(bench_err)); \
-  } while (0)
 
 struct RunResult {
   double ms_per_layer = 0.0;   // the slowest rank's median
@@ -95,7 +90,7 @@ RunResult run(const Options& o, const std::vector<int64_t>& lens, int gpus) {
   std::vector<std::unique_ptr<KvCache>> caches;
   std::vector<PageAllocator*> allocators;
   for (int r = 0; r < gpus; ++r) {
-    BENCH_CUDA(cudaSetDevice(r));
+    ATTNKIT_CUDA_CHECK(cudaSetDevice(r));
     caches.push_back(std::make_unique<KvCache>(cfg));
     allocators.push_back(&caches.back()->allocator());
   }
@@ -113,7 +108,7 @@ RunResult run(const Options& o, const std::vector<int64_t>& lens, int gpus) {
   for (int r = 0; r < gpus; ++r) {
     threads.emplace_back([&, r] {
       try {
-        BENCH_CUDA(cudaSetDevice(r));
+        ATTNKIT_CUDA_CHECK(cudaSetDevice(r));
         const std::unique_ptr<Communicator> comm = make_nccl_communicator(r, gpus, id);
         const std::unique_ptr<AttentionBackend> backend =
             create_backend(o.backend, {&model, caches[static_cast<size_t>(r)].get()});
@@ -138,16 +133,16 @@ RunResult run(const Options& o, const std::vector<int64_t>& lens, int gpus) {
         };
         for (int w = 0; w < 2; ++w) step();  // first calls: opt-ins, NCCL's own set-up
         cudaEvent_t begin = nullptr, end = nullptr;
-        BENCH_CUDA(cudaEventCreate(&begin));
-        BENCH_CUDA(cudaEventCreate(&end));
+        ATTNKIT_CUDA_CHECK(cudaEventCreate(&begin));
+        ATTNKIT_CUDA_CHECK(cudaEventCreate(&end));
         std::vector<double> times;
         for (int i = 0; i < o.repeats; ++i) {
-          BENCH_CUDA(cudaEventRecord(begin, cudaStreamPerThread));
+          ATTNKIT_CUDA_CHECK(cudaEventRecord(begin, cudaStreamPerThread));
           step();
-          BENCH_CUDA(cudaEventRecord(end, cudaStreamPerThread));
-          BENCH_CUDA(cudaEventSynchronize(end));
+          ATTNKIT_CUDA_CHECK(cudaEventRecord(end, cudaStreamPerThread));
+          ATTNKIT_CUDA_CHECK(cudaEventSynchronize(end));
           float t = 0.0f;
-          BENCH_CUDA(cudaEventElapsedTime(&t, begin, end));
+          ATTNKIT_CUDA_CHECK(cudaEventElapsedTime(&t, begin, end));
           times.push_back(static_cast<double>(t) / o.layers);
         }
         std::nth_element(times.begin(), times.begin() + static_cast<ptrdiff_t>(times.size() / 2), times.end());
@@ -189,7 +184,7 @@ int main(int argc, char** argv) {
   try {
     ATTNKIT_CHECK(nccl_available(), "cp_decode_bench: this attnkit has no NCCL, which the ranks gather through");
     int count = 0;
-    BENCH_CUDA(cudaGetDeviceCount(&count));
+    ATTNKIT_CUDA_CHECK(cudaGetDeviceCount(&count));
     ATTNKIT_CHECK(o.gpus <= count, "--gpus ", o.gpus, ": this host has ", count, " GPU(s)");
     const std::vector<int64_t> lens = parse_requests(o.requests);
     const RunResult many = run(o, lens, o.gpus);

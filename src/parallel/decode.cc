@@ -11,6 +11,7 @@
 #include "attnkit/merge.h"
 #include "parallel/checks.h"
 #include "parallel/decode_kernels.h"
+#include "parallel/index_upload.h"
 
 namespace attnkit {
 namespace {
@@ -123,23 +124,14 @@ void ContextParallelDecode::plan_device(const ForwardBatch& global) {
   std::vector<int32_t> local_of_row(static_cast<size_t>(n), -1);
   for (int64_t i = 0; i < local; ++i) local_of_row[static_cast<size_t>(share_.request_idx[static_cast<size_t>(i)])] =
       static_cast<int32_t>(i);
-  // One upload a batch: the i64 slots first (aligned), then the i32 arrays.
-  std::vector<uint8_t> host;
-  auto append = [&host](const auto& values) {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
-    host.insert(host.end(), bytes, bytes + values.size() * sizeof(values[0]));
-  };
-  append(share_.store.slots);
-  append(share_.request_idx);
-  append(share_.store.token_idx);
-  append(local_of_row);
-  if (d.index.nbytes() < host.size()) d.index = Buffer(backend_.caps().device, host.size());
-  if (!host.empty()) d.index.copy_from_host(host.data(), host.size());
-  auto* base = static_cast<uint8_t*>(d.index.data());
-  d.slots = reinterpret_cast<int64_t*>(base);
-  d.request_idx = reinterpret_cast<int32_t*>(base + stored * sizeof(int64_t));
-  d.token_idx = d.request_idx + local;
-  d.local_of_row = d.token_idx + stored;
+  parallel::IndexUpload up;  // the i64 slots first, then the i32 arrays
+  const size_t slots = up.add(share_.store.slots), request_idx = up.add(share_.request_idx);
+  const size_t token_idx = up.add(share_.store.token_idx), local_rows = up.add(local_of_row);
+  uint8_t* base = up.upload(d.index, backend_.caps().device);
+  d.slots = reinterpret_cast<int64_t*>(base + slots);
+  d.request_idx = reinterpret_cast<int32_t*>(base + request_idx);
+  d.token_idx = reinterpret_cast<int32_t*>(base + token_idx);
+  d.local_of_row = reinterpret_cast<int32_t*>(base + local_rows);
   // Sized for f32 rows, the widest the step takes, on the layer that needs the most.
   size_t bytes = 0;
   for (int l = 0; l < backend_.model().num_layers(); ++l) {

@@ -5,6 +5,7 @@
 #include "attnkit/context_parallel.h"
 #include "attnkit/error.h"
 #include "parallel/decode_kernels.h"
+#include "parallel/index_upload.h"
 #include "parallel/prefill_plan.h"
 
 namespace attnkit {
@@ -12,20 +13,11 @@ namespace attnkit {
 void ContextParallelPrefill::plan_device() {
   Plan& p = *plan_;
   const parallel::PrefillIndices& idx = p.idx;
-  // One upload a batch: the i64 slots first (aligned), then the i32 arrays.
-  std::vector<uint8_t> host;
-  auto append = [&host](const auto& values) {
-    const size_t at = host.size();
-    const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
-    host.insert(host.end(), bytes, bytes + values.size() * sizeof(values[0]));
-    return at;
-  };
-  const size_t scratch_slots = append(idx.scratch_slots), stored_slots = append(idx.stored_slots);
-  const size_t send_rows = append(idx.send_rows), kv_rows = append(idx.kv_rows), q_rows = append(idx.q_rows);
-  const size_t merge_indptr = append(idx.merge_indptr), merge_parts = append(idx.merge_parts);
-  if (p.index.nbytes() < host.size()) p.index = Buffer(cache_.config().device, host.size());
-  p.index.copy_from_host(host.data(), host.size());  // never empty: merge_indptr has rows + 1 entries
-  const auto* base = static_cast<const uint8_t*>(p.index.data());
+  parallel::IndexUpload up;  // the i64 slots first, then the i32 arrays
+  const size_t scratch_slots = up.add(idx.scratch_slots), stored_slots = up.add(idx.stored_slots);
+  const size_t send_rows = up.add(idx.send_rows), kv_rows = up.add(idx.kv_rows), q_rows = up.add(idx.q_rows);
+  const size_t merge_indptr = up.add(idx.merge_indptr), merge_parts = up.add(idx.merge_parts);
+  const uint8_t* base = up.upload(p.index, cache_.config().device);
   p.scratch_slots = reinterpret_cast<const int64_t*>(base + scratch_slots);
   p.stored_slots = reinterpret_cast<const int64_t*>(base + stored_slots);
   p.send_rows = reinterpret_cast<const int32_t*>(base + send_rows);
