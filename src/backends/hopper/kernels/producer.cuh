@@ -1,8 +1,8 @@
 // The `hopper` extend kernel's producer: the first warpgroup. Per tile: Q once with the TMA (one
 // box a column block: tokens x group rows), then each K and V tile into the next ring stage as soon
-// as the consumers have released it. Pages of 8 slots or more: one warp issues TMA boxes of
-// min(page_size, kBlockN) tokens, a box a lane, the page table read a tile ahead, completion
-// counted in bytes on the stage's full barrier. Smaller pages (or when asked): all 128 threads
+// as the consumers have released it, K one tile ahead of V. Pages of 8 slots or more: one warp
+// issues TMA boxes of min(page_size, kBlockN) tokens, a box a lane, the page table read two tiles
+// ahead, completion counted in bytes on the stage's full barrier. Smaller pages (or when asked): all 128 threads
 // gather rows with cp.async, each arriving on the full barrier when its copies land. An e4m3 cache:
 // all 128 threads load rows, dequantise them to T and store them, each arriving once it has
 // stored. kernel.cuh sets the roles up.
@@ -54,6 +54,13 @@ __device__ __forceinline__ void load_kv_tile(const ExtendParams& p, const void* 
                                              int lane) {
   namespace tma = ::attnkit::cuda::tma;
   const KvBoxes<C> boxes(p, t, n0);
+#ifdef ATTNKIT_X_NO_KV_COPY
+  if (lane == 0) {
+    tma::mbar_wait(empty, parity ^ 1);
+    tma::mbar_arrive(full);
+  }
+  return;
+#endif
   if (lane == 0) {
     tma::mbar_wait(empty, parity ^ 1);
     tma::mbar_expect_tx(full, boxes.bytes());
@@ -183,13 +190,47 @@ __device__ __forceinline__ void gather_e4m3_kv_tile(const void* pool, int64_t ro
   ::attnkit::cuda::tma::mbar_arrive(full);
 }
 
+// Where tile j's rows come from, for this producer thread: its TMA box's cache slot (one a lane,
+// box_slot), or with kGather its row's element offset (gather_row_offset); past the tile list, a
+// value no load uses.
+template <typename C>
+__device__ __forceinline__ int64_t kv_source(const ExtendParams& p, const Tile& t, int j, int tid) {
+  if constexpr (C::kGather) {
+    return gather_row_offset<C>(p, t, j, tid);
+  } else {
+    return box_slot<C>(p, t, j, tid % 32);
+  }
+}
+
+// Tile j's K (or V, with is_v) into ring slot `ring`, from `src` (kv_source's value for tile j).
+template <typename C>
+__device__ __forceinline__ void load_kv(const ExtendMaps& maps, const ExtendParams& p, const SmemAddrs& sm,
+                                        const Tile& t, int j, bool is_v, int64_t src, const RingSlot<C::kStages>& ring,
+                                        uint32_t factor, int tid) {
+  const uint32_t s_tile = (is_v ? sm.v : sm.k) + ring.stage * C::kTileBytes;
+  const uint32_t full = is_v ? sm.bars.v_full(ring.stage) : sm.bars.k_full(ring.stage);
+  const uint32_t empty = is_v ? sm.bars.v_empty(ring.stage) : sm.bars.k_empty(ring.stage);
+  const void* pool = is_v ? p.v_pool : p.k_pool;
+  if constexpr (C::kE4m3Kv) {
+    gather_e4m3_kv_tile<C>(pool, src, factor, s_tile, full, empty, ring.parity, tid);
+  } else if constexpr (C::kGather) {
+    gather_kv_tile<C>(pool, src, s_tile, full, empty, ring.parity, tid);
+  } else {
+    load_kv_tile<C>(p, is_v ? &maps.v : &maps.k, t, t.kv_lo + j * C::kBlockN, static_cast<int>(src), s_tile, full,
+                    empty, ring.parity, tid % 32);
+  }
+}
+
 // The producer warpgroup's thread `tid` with kGather, else lane `tid` of its first warp (the only
-// one that runs).
+// one that runs). Per work tile: Q, then K_0, then K_{j+1} before V_j: the order the consumers
+// take them in (S_{j+1} is issued before P_j V_j). V_j's stage frees only when P_{j-3} V_{j-3}
+// is done, so a K queued behind it would wait for that too: on an H100, K first took the d128
+// kernel from 457 to 598 TFLOP/s (1 x 8192 full, page 64). Each tile's page-table reads are made
+// two tiles ahead, while the copies before them wait for their stages.
 template <typename C>
 __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendParams& p, const SmemAddrs& sm, int tid) {
   namespace tma = ::attnkit::cuda::tma;
   static_assert(C::kBlockN / 8 <= 32, "one box a lane");
-  const int lane = tid % 32;
   int tiles_done = 0, kv_done = 0;
   uint32_t factor_k = 0, factor_v = 0;
   if constexpr (C::kE4m3Kv) {
@@ -200,8 +241,8 @@ __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendPara
     Tile t;
     if (!load_tile<C>(p, w, t)) continue;
     // Read before the waits, so that their latency hides behind them.
-    int slot = C::kGather ? 0 : box_slot<C>(p, t, 0, lane);
-    int64_t row_offset = C::kGather ? gather_row_offset<C>(p, t, 0, tid) : 0;
+    int64_t src_v = kv_source<C>(p, t, 0, tid);  // tile j's, for V_j (and K_0)
+    int64_t src_k = kv_source<C>(p, t, 1, tid);  // tile j + 1's, for K_{j+1}
     if (tid == 0) {
       tma::mbar_wait(sm.bars.q_empty(), (tiles_done & 1) ^ 1);
       tma::mbar_expect_tx(sm.bars.q_full(), static_cast<uint32_t>(C::kColBlocks * p.tile_rows * 128));
@@ -211,29 +252,13 @@ __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendPara
         tma::load_4d(sm.q + cb * C::kBlockM * 128, &maps.q, cb * 64, 0, t.kv_head, token, sm.bars.q_full());
     }
     ++tiles_done;
+    if (t.num_kv_tiles > 0) load_kv<C>(maps, p, sm, t, 0, false, src_v, RingSlot<C::kStages>(kv_done), factor_k, tid);
     for (int j = 0; j < t.num_kv_tiles; ++j, ++kv_done) {
-      const int n0 = t.kv_lo + j * C::kBlockN;
-      const RingSlot<C::kStages> ring(kv_done);
-      const uint32_t s_k = sm.k + ring.stage * C::kTileBytes, s_v = sm.v + ring.stage * C::kTileBytes;
-      if constexpr (C::kE4m3Kv) {
-        gather_e4m3_kv_tile<C>(p.k_pool, row_offset, factor_k, s_k, sm.bars.k_full(ring.stage),
-                               sm.bars.k_empty(ring.stage), ring.parity, tid);
-        gather_e4m3_kv_tile<C>(p.v_pool, row_offset, factor_v, s_v, sm.bars.v_full(ring.stage),
-                               sm.bars.v_empty(ring.stage), ring.parity, tid);
-        row_offset = gather_row_offset<C>(p, t, j + 1, tid);
-      } else if constexpr (C::kGather) {
-        gather_kv_tile<C>(p.k_pool, row_offset, s_k, sm.bars.k_full(ring.stage), sm.bars.k_empty(ring.stage),
-                          ring.parity, tid);
-        gather_kv_tile<C>(p.v_pool, row_offset, s_v, sm.bars.v_full(ring.stage), sm.bars.v_empty(ring.stage),
-                          ring.parity, tid);
-        row_offset = gather_row_offset<C>(p, t, j + 1, tid);
-      } else {
-        load_kv_tile<C>(p, &maps.k, t, n0, slot, s_k, sm.bars.k_full(ring.stage), sm.bars.k_empty(ring.stage),
-                        ring.parity, lane);
-        load_kv_tile<C>(p, &maps.v, t, n0, slot, s_v, sm.bars.v_full(ring.stage), sm.bars.v_empty(ring.stage),
-                        ring.parity, lane);
-        slot = box_slot<C>(p, t, j + 1, lane);
-      }
+      if (j + 1 < t.num_kv_tiles)
+        load_kv<C>(maps, p, sm, t, j + 1, false, src_k, RingSlot<C::kStages>(kv_done + 1), factor_k, tid);
+      load_kv<C>(maps, p, sm, t, j, true, src_v, RingSlot<C::kStages>(kv_done), factor_v, tid);
+      src_v = src_k;
+      src_k = kv_source<C>(p, t, j + 2, tid);
     }
   }
   // A gathering thread leaves only once its last copies have landed (their barrier arrivals are
