@@ -6,21 +6,12 @@
 #pragma once
 
 #include "backends/hopper/kernels/epilogue.cuh"
+#include "cuda/setmaxnreg.cuh"
 
 namespace attnkit::hopper {
 
-template <int kRegs>
-__device__ __forceinline__ void raise_registers() {
-#ifndef ATTNKIT_NO_SM90A
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-template <int kRegs>
-__device__ __forceinline__ void lower_registers() {
-#ifndef ATTNKIT_NO_SM90A
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
+using ::attnkit::cuda::lower_registers;
+using ::attnkit::cuda::raise_registers;
 
 template <typename C>
 __global__ void __launch_bounds__(C::kThreads, 1)
