@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""Checks the machine code (SASS) of the `hopper` extend kernels in a built libattnkit for what
-their speed rests on, and fails naming the kernel and what it found:
+"""Checks the machine code (SASS) of the wgmma kernels in a built libattnkit for what their speed
+rests on, and fails naming the kernel and what it found. Every kernel of the set (--kernels: the
+`hopper` extend kernels, or the `mla` kernels):
 
-- both products are tensor-core `HGMMA` instructions;
+- the products are tensor-core `HGMMA` instructions;
 - no local memory (`LDL` / `STL`: spills or a register array indexed at run time);
-- the online softmax runs under the PV product: in the consumer loop, the row-max shuffles and the
-  exponentials sit between the wait for S (`WARPGROUP.DEPBAR.LE gsb0, 0x1`) and the wait for PV
-  (`... gsb0, 0x0`), and none follows that second wait before the loop issues again. ptxas is free
-  to move the wait up (it did, once), so this is checked on the code, not assumed from the source.
+- the products are not serialised: ptxas, where it cannot prove an accumulator settled, waits
+  after every wgmma (each `HGMMA` then ends its own group, `gsb0`); a chain of k-steps ends one.
 
-Usage: check-sass.py LIBRARY [--cuobjdump PATH] [--search-dir DIR] [--python PY ...]
+The `hopper` extend kernels besides: the online softmax runs under the PV product: in the consumer
+loop, the row-max shuffles and the exponentials sit between the wait for S
+(`WARPGROUP.DEPBAR.LE gsb0, 0x1`) and the wait for PV (`... gsb0, 0x0`), and none follows that
+second wait before the loop issues again. ptxas is free to move the wait up (it did, once), so
+this is checked on the code, not assumed from the source.
+
+Usage: check-sass.py LIBRARY [--kernels hopper|mla] [--cuobjdump PATH] [--search-dir DIR] [--python PY ...]
        check-sass.py --self-test
 Exit status 77 (with "skipped: REASON") where no cuobjdump or nvdisasm is found; they come with
 the CUDA toolkit, or as the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels (found through
@@ -22,7 +27,10 @@ import shutil
 import subprocess
 import sys
 
-KERNEL = re.compile(r'attnkit6hopper13extend_kernel')
+KERNEL_SETS = {
+    'hopper': re.compile(r'attnkit6hopper13extend_kernel'),
+    'mla': re.compile(r'attnkit3mla13(attend|narrow)_kernel'),
+}
 # The KV tile of an instantiation: 64 tokens at head dim 256, else 128 (hopper/kernels/config.cuh).
 # (KernelConfig<T, head dim, gather>: Li<dim>E, then Lb0E or Lb1E.)
 HEAD_DIM = re.compile(r'KernelConfigI\w+?Li(\d+)E')
@@ -54,15 +62,26 @@ def head_dim_of(name):
     return int(m.group(1)) if m else 0
 
 
-def check_kernel(name, code):
-    """The problems of one extend kernel's code, as sentences (empty: none)."""
+def check_wgmma_kernel(code):
+    """What every wgmma kernel must show, as sentences (empty: nothing wrong)."""
     problems = []
-    tile_n = 64 if head_dim_of(name) == 256 else 128
-    if not any('HGMMA' in line for line in code):
+    products = [line for line in code if 'HGMMA' in line]
+    if not products:
         problems.append('no HGMMA: the products are not on the tensor cores')
     local = [line for line in code if re.search(r'\b(LDL|STL)\b', line)]
     if local:
         problems.append('%d local-memory instructions (first: %s)' % (len(local), local[0]))
+    ends = sum('gsb0' in line for line in products)
+    if products and 2 * ends > len(products):
+        problems.append('the products are serialised: %d of %d HGMMA end a group (ptxas waits after each)' %
+                        (ends, len(products)))
+    return problems
+
+
+def check_kernel(name, code):
+    """The problems of one extend kernel's code, as sentences (empty: none)."""
+    problems = check_wgmma_kernel(code)
+    tile_n = 64 if head_dim_of(name) == 256 else 128
     # The consumer loop: each wait for S, the next wait for PV, and what comes after it up to the
     # next product or turn barrier.
     loops = 0
@@ -124,6 +143,12 @@ def self_test():
     spilled = good + ['/*0090*/ STL [R1], R2']
     assert any('local-memory' in p for p in check_kernel(name, spilled))
     assert any('no HGMMA' in p for p in check_kernel(name, [x for x in good if 'HGMMA' not in x]))
+    serial = ['/*0010*/ HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0',
+              '/*0020*/ WARPGROUP.DEPBAR.LE gsb0, 0x0'] * 4
+    assert any('serialised' in p for p in check_wgmma_kernel(serial)), check_wgmma_kernel(serial)
+    chained = ['/*0010*/ HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24'] * 3 + \
+              ['/*0040*/ HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24, gsb0', '/*0050*/ WARPGROUP.DEPBAR.LE gsb0, 0x0']
+    assert check_wgmma_kernel(chained) == [], check_wgmma_kernel(chained)
     gathered = '_ZN7attnkit6hopper13extend_kernelINS0_12KernelConfigI6__halfLi256ELb1EEEEEvNS0_10ExtendMapsE'
     assert head_dim_of(gathered) == 256 and head_dim_of(name) == 128
     parsed = split_functions('\tFunction : %s\n        /*0000*/ MOV R1, c[0x0][0x28] ;  /* 0x000 */\n' % name)
@@ -137,6 +162,7 @@ def main():
         return self_test()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('library')
+    ap.add_argument('--kernels', choices=sorted(KERNEL_SETS), default='hopper')
     ap.add_argument('--cuobjdump')
     ap.add_argument('--search-dir', action='append', default=[])
     ap.add_argument('--python', nargs='*', default=[])
@@ -152,21 +178,22 @@ def main():
     if run.returncode != 0:
         print('check-sass: %s -sass %s failed: %s' % (cuobjdump, args.library, run.stderr.strip()[-500:]))
         return 1
-    kernels = {n: code for n, code in split_functions(run.stdout).items() if KERNEL.search(n)}
+    kernels = {n: code for n, code in split_functions(run.stdout).items() if KERNEL_SETS[args.kernels].search(n)}
     if not kernels:
-        print('check-sass: no hopper extend kernel in %s (built without sm_90a?)' % args.library)
+        print('check-sass: no %s kernel in %s (built without sm_90a?)' % (args.kernels, args.library))
         return 1
     failed = 0
     for name, code in sorted(kernels.items()):
-        problems = check_kernel(name, code)
-        known = KNOWN_LIMITS.get(head_dim_of(name))
+        hopper = args.kernels == 'hopper'
+        problems = check_kernel(name, code) if hopper else check_wgmma_kernel(code)
+        known = KNOWN_LIMITS.get(head_dim_of(name)) if hopper else None
         if known and not problems:
             print('check-sass: %s passes every check: drop head dim %d from KNOWN_LIMITS' % (name, head_dim_of(name)))
             failed += 1
         for p in problems:
             print('check-sass: %s: %s%s' % (name, p, ' (known: %s)' % known if known else ''))
         failed += bool(problems) and not known
-    print('check-sass: %d hopper extend kernels, %d failing' % (len(kernels), failed))
+    print('check-sass: %d %s kernels, %d failing' % (len(kernels), args.kernels, failed))
     return 1 if failed else 0
 
 

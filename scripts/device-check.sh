@@ -112,11 +112,10 @@ if [[ $run_tests == 1 ]]; then
     rm -f "$out/tests.$t.tmp"
   done
   note "tests: $passed passed, $failed failed, $skipped skipped${bad:+; failing binaries: ${bad[*]}}"
-  # What the hopper kernels' speed rests on, read off the machine code that runs here.
+  # What the wgmma kernels' speed rests on, read off the machine code that runs here.
   lib=$(ls dist/lib/libattnkit.so 2>/dev/null || ls build-device/libattnkit.* 2>/dev/null | head -1)
   if [[ -n "$lib" ]]; then
-    sass=$(python3 scripts/check-sass.py "$lib" 2>&1 | tail -1)
-    note "sass: $sass"
+    for set in hopper mla; do note "sass: $(python3 scripts/check-sass.py "$lib" --kernels $set 2>&1 | tail -1)"; done
   fi
 fi
 
