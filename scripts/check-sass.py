@@ -183,8 +183,8 @@ def main():
         print('check-sass: no %s kernel in %s (built without sm_90a?)' % (args.kernels, args.library))
         return 1
     failed = 0
+    hopper = args.kernels == 'hopper'
     for name, code in sorted(kernels.items()):
-        hopper = args.kernels == 'hopper'
         problems = check_kernel(name, code) if hopper else check_wgmma_kernel(code)
         known = KNOWN_LIMITS.get(head_dim_of(name)) if hopper else None
         if known and not problems:

@@ -42,8 +42,19 @@ namespace {
 template <typename T>
 struct DeviceArray {
   T* ptr = nullptr;
-  explicit DeviceArray(size_t n) { cudaMalloc(&ptr, n * sizeof(T)); }
+  size_t size = 0;
+  explicit DeviceArray(size_t n) : size(n) { cudaMalloc(&ptr, n * sizeof(T)); }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    cudaMemcpy(ptr, host.data(), size * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
   ~DeviceArray() { cudaFree(ptr); }
+  std::vector<T> to_host() const {
+    std::vector<T> host(size);
+    cudaMemcpy(host.data(), ptr, size * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
 };
 
 // Where element (row, col) of a tile of 128-byte rows (64 two-byte values) lies in shared memory
@@ -81,16 +92,14 @@ __global__ void mbarrier_kernel(int* out, int phases) {
   }
 }
 
-TEST(PtxMbarrier, CompletesAPhaseAWhenEveryArrivalIsIn) {
+TEST(PtxMbarrier, CompletesAPhaseWhenEveryArrivalIsIn) {
   SKIP_WITHOUT_HOPPER();
   DeviceArray<int> out(1);
   CUDA_OK(cudaMemset(out.ptr, 0, sizeof(int)));
   mbarrier_kernel<<<1, 128>>>(out.ptr, 5);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  int early = -1;
-  CUDA_OK(cudaMemcpy(&early, out.ptr, sizeof(int), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(early, 0) << "threads passed a phase before every warp had arrived";
+  EXPECT_EQ(out.to_host()[0], 0) << "threads passed a phase before every warp had arrived";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -118,22 +127,34 @@ __global__ void tma_box_kernel(const __grid_constant__ cuda::TensorMap map, uint
   for (uint32_t i = threadIdx.x; i < bytes / 2; i += blockDim.x) out[i] = reinterpret_cast<const uint16_t*>(smem)[i];
 }
 
+// `host` on the device, one box of `box_rows` 128-byte rows loaded from the map `make_map` builds
+// over it, at coordinates (c0, c1, c2): the box as shared memory held it, into `got`.
+template <int kDims, typename MakeMap>
+void land_box(const std::vector<uint16_t>& host, MakeMap make_map, int c0, int c1, int c2, int box_rows,
+              std::vector<uint16_t>* got) {
+  const DeviceArray<uint16_t> in(host);
+  const DeviceArray<uint16_t> out(static_cast<size_t>(box_rows) * 64);
+  const cuda::TensorMap map = make_map(in.ptr);
+  const uint32_t bytes = static_cast<uint32_t>(box_rows) * 128;
+  tma_box_kernel<kDims><<<1, 128, bytes + 8>>>(map, out.ptr, c0, c1, c2, bytes);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  *got = out.to_host();
+}
+
 TEST(PtxTma, TwoDimensionalBoxLandsSwizzled) {
   SKIP_WITHOUT_HOPPER();
   constexpr int kRows = 64, kCols = 128, kBoxRows = 32;
   std::vector<uint16_t> host(kRows * kCols);
   for (int r = 0; r < kRows; ++r)
     for (int c = 0; c < kCols; ++c) host[r * kCols + c] = static_cast<uint16_t>(r << 8 | c);
-  DeviceArray<uint16_t> in(host.size()), out(kBoxRows * 64);
-  CUDA_OK(cudaMemcpy(in.ptr, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
-  const cuda::TensorMap map =
-      cuda::make_tensor_map("test 2-d", DType::bf16, in.ptr, {kCols, kRows}, {kCols * 2}, {64, kBoxRows});
-  const uint32_t bytes = kBoxRows * 128;
-  tma_box_kernel<2><<<1, 128, bytes + 8>>>(map, out.ptr, 64, 8, 0, bytes);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> got(kBoxRows * 64);
-  CUDA_OK(cudaMemcpy(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<uint16_t> got;
+  ASSERT_NO_FATAL_FAILURE(land_box<2>(
+      host,
+      [](const void* in) {
+        return cuda::make_tensor_map("test 2-d", DType::bf16, in, {kCols, kRows}, {kCols * 2}, {64, kBoxRows});
+      },
+      64, 8, 0, kBoxRows, &got));
   for (int r = 0; r < kBoxRows; ++r)
     for (int c = 0; c < 64; ++c)
       ASSERT_EQ(got[swizzled(r, c, 0) / 2], host[(8 + r) * kCols + 64 + c]) << "box row " << r << ", column " << c;
@@ -147,17 +168,15 @@ TEST(PtxTma, PoolBoxTakesOneHeadOfConsecutiveSlots) {
   for (int s = 0; s < kSlots; ++s)
     for (int h = 0; h < kHeads; ++h)
       for (int d = 0; d < kDim; ++d) host[(s * kHeads + h) * kDim + d] = static_cast<uint16_t>(s << 8 | h << 6 | d);
-  DeviceArray<uint16_t> in(host.size()), out(kBoxRows * 64);
-  CUDA_OK(cudaMemcpy(in.ptr, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
-  const int64_t row = kDim * 2;
-  const cuda::TensorMap map = cuda::make_tensor_map("test pool", DType::bf16, in.ptr, {kDim, kHeads, kSlots},
-                                                    {row, row * kHeads}, {64, 1, kBoxRows});
-  const uint32_t bytes = kBoxRows * 128;
-  tma_box_kernel<3><<<1, 128, bytes + 8>>>(map, out.ptr, 0, 2, 24, bytes);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> got(kBoxRows * 64);
-  CUDA_OK(cudaMemcpy(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<uint16_t> got;
+  ASSERT_NO_FATAL_FAILURE(land_box<3>(
+      host,
+      [](const void* in) {
+        constexpr int64_t kRow = kDim * 2;
+        return cuda::make_tensor_map("test pool", DType::bf16, in, {kDim, kHeads, kSlots}, {kRow, kRow * kHeads},
+                                     {64, 1, kBoxRows});
+      },
+      0, 2, 24, kBoxRows, &got));
   for (int r = 0; r < kBoxRows; ++r)
     for (int d = 0; d < 64; ++d)
       ASSERT_EQ(got[swizzled(r, d, 0) / 2], host[((24 + r) * kHeads + 2) * kDim + d]) << "slot " << 24 + r << ", value " << d;
@@ -241,24 +260,18 @@ void check_wgmma() {
   auto upload = [](const std::vector<float>& x) {
     std::vector<__nv_bfloat16> b(x.size());
     for (size_t i = 0; i < x.size(); ++i) b[i] = __float2bfloat16(x[i]);
-    __nv_bfloat16* d = nullptr;
-    cudaMalloc(&d, b.size() * 2);
-    cudaMemcpy(d, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
-    return d;
+    return b;
   };
-  __nv_bfloat16 *dq = upload(q), *dk = upload(k), *dv = upload(v), *dp = upload(p);
-  DeviceArray<float> ds(64 * kN), dout(64 * kD);
+  const DeviceArray<__nv_bfloat16> dq(upload(q)), dk(upload(k)), dv(upload(v)), dp(upload(p));
+  const DeviceArray<float> ds(64 * kN), dout(64 * kD);
   // Poisoned: an element the kernel does not write shows as NaN.
   CUDA_OK(cudaMemset(ds.ptr, 0xff, 64 * kN * 4));
   CUDA_OK(cudaMemset(dout.ptr, 0xff, 64 * kD * 4));
   CUDA_OK(cudaFuncSetAttribute(wgmma_kernel<kN, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
-  wgmma_kernel<kN, kD><<<1, 128, L::kBytes>>>(dq, dk, dv, dp, ds.ptr, dout.ptr);
+  wgmma_kernel<kN, kD><<<1, 128, L::kBytes>>>(dq.ptr, dk.ptr, dv.ptr, dp.ptr, ds.ptr, dout.ptr);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> s(64 * kN), o(64 * kD);
-  CUDA_OK(cudaMemcpy(s.data(), ds.ptr, s.size() * 4, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(o.data(), dout.ptr, o.size() * 4, cudaMemcpyDeviceToHost));
-  for (__nv_bfloat16* d : {dq, dk, dv, dp}) cudaFree(d);
+  const std::vector<float> s = ds.to_host(), o = dout.to_host();
   for (int r = 0; r < 64; ++r)
     for (int n = 0; n < kN; ++n) {
       float want = 0.0f;
@@ -309,8 +322,7 @@ TEST(PtxSetmaxnreg, WarpgroupsRunOnTheirNewBudgets) {
   setmaxnreg_kernel<<<1, 384>>>(out.ptr);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> got(384);
-  CUDA_OK(cudaMemcpy(got.data(), out.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  const std::vector<float> got = out.to_host();
   for (int t = 0; t < 384; ++t) {
     float want = 0.0f;
     for (int i = 0; i < 64; ++i) want += static_cast<float>(t + i) * static_cast<float>(t + (i * 7) % 64);

@@ -225,7 +225,7 @@ __device__ __forceinline__ void load_kv(const ExtendMaps& maps, const ExtendPara
 // one that runs). Per work tile: Q, then K_0, then K_{j+1} before V_j: the order the consumers
 // take them in (S_{j+1} is issued before P_j V_j). V_j's stage frees only when P_{j-3} V_{j-3}
 // is done, so a K queued behind it would wait for that too: on an H100, K first took the d128
-// kernel from 457 to 598 TFLOP/s (1 x 8192 full, page 64). Each tile's page-table reads are made
+// kernel from 457 to 583 TFLOP/s (1 x 8192 full, page 64). Each tile's page-table reads are made
 // two tiles ahead, while the copies before them wait for their stages.
 template <typename C>
 __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendParams& p, const SmemAddrs& sm, int tid) {
