@@ -39,10 +39,11 @@ struct KernelConfig {
   static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kTileBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 256;  // the barriers: 16 + 32 kStages bytes
   // setmaxnreg: the producer gives registers to the consumers, 40 + 2 x 232 = 504 per row of
-  // three threads, 504 x 128 = 64512 of the SM's 65536. Dequantising an e4m3 row, the producer
-  // holds a column block's 64 bytes (16 registers) while it converts them: 56 + 2 x 224.
-  static constexpr int kProducerRegs = kE4m3Kv ? 56 : 40;
-  static constexpr int kConsumerRegs = kE4m3Kv ? 224 : 232;
+  // three threads, 504 x 128 = 64512 of the SM's 65536. A gathering producer (cp.async, or e4m3
+  // loaded and dequantised) keeps two rows' addresses, or four rows' 16 bytes, in flight: 72 +
+  // 2 x 216, except at d256, whose 64 x 256 O accumulator needs 224 a consumer: 56 + 2 x 224.
+  static constexpr int kConsumerRegs = !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
+  static constexpr int kProducerRegs = 504 - 2 * kConsumerRegs;
   // Arrivals that complete a K or V stage: the TMA path's one expect-tx arrival (then the bytes),
   // or each of the producer warpgroup's 128 threads once its own rows have landed.
   static constexpr int kFullArrivals = kGather ? 128 : 1;

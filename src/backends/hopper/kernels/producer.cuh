@@ -73,12 +73,13 @@ __device__ __forceinline__ void load_kv_tile(const ExtendParams& p, const void* 
   }
 }
 
-// Pages of 1, 2 or 4 slots, where a TMA box a page would be too small to pay: thread `tid` of the
-// producer warpgroup owns row tid % kBlockN of each tile and copies every (128 / kBlockN)-th of
-// its 16-byte pieces, each straight to its swizzled place (the layout the TMA writes). The source
-// offset of the row (one page-table read, shared by K and V) is row_offset, -1 where the row is at
-// or past kv_hi: such rows are zero-filled (cp.async with no source bytes), so the consumers need
-// zero no V tail.
+// Pages of 1, 2 or 4 slots, where a TMA box a page would be too small to pay: the producer
+// warpgroup copies the rows with cp.async, each 16-byte piece straight to its swizzled place (the
+// layout the TMA writes). Thread `tid` reads the page table for row tid % kBlockN (row_offset: one
+// read shared by K and V, -1 at or past kv_hi: such rows are zero-filled, cp.async with no source
+// bytes, so the consumers zero no V tail). The copies are coalesced: warp w holds the offsets of
+// rows 32 (w % kWarpsPerTile) .. + 32 and copies them, 8 lanes a row (128 bytes a column block),
+// 4 rows an instruction, each lane taking its row's offset from the lane that read it.
 template <typename C>
 __device__ __forceinline__ int64_t gather_row_offset(const ExtendParams& p, const Tile& t, int j, int tid) {
   const int pos = t.kv_lo + j * C::kBlockN + tid % C::kBlockN;
@@ -87,25 +88,41 @@ __device__ __forceinline__ int64_t gather_row_offset(const ExtendParams& p, cons
   return (slot * p.num_kv_heads + t.kv_head) * C::kHeadDim;
 }
 
+// The rows and column blocks warp `tid / 32` copies: rows first_row .. + 32 of the tile, column
+// blocks cb0, cb0 + cb_step, ... (kBlockN 128: each warp its rows, every column block; kBlockN 64:
+// warps w and w + 2 share rows and take alternate column blocks).
+template <typename C>
+struct GatherShare {
+  static constexpr int kWarpsPerTile = C::kBlockN / 32;  // warps whose offsets cover a tile's rows
+  static constexpr int kCbStep = 4 / kWarpsPerTile;
+  static_assert(C::kBlockN % 32 == 0 && 4 % kWarpsPerTile == 0 && C::kColBlocks % kCbStep == 0, "4 warps share a tile");
+  int first_row, cb0;
+  __device__ __forceinline__ explicit GatherShare(int tid)
+      : first_row(32 * ((tid / 32) % kWarpsPerTile)), cb0((tid / 32) / kWarpsPerTile) {}
+};
+
 template <typename C>
 __device__ __forceinline__ void gather_kv_tile(const void* pool, int64_t row_offset, uint32_t s_tile, uint32_t full,
                                                uint32_t empty, uint32_t parity, int tid) {
   namespace tile = ::attnkit::planned::tile;
   using T = typename C::T;
-  constexpr int kThreadsPerRow = 128 / C::kBlockN;  // 1 (kBlockN 128) or 2 (64): each takes whole column blocks
-  static_assert(128 % C::kBlockN == 0 && C::kColBlocks % kThreadsPerRow == 0, "every thread owns one row");
-  const int row = tid % C::kBlockN;
-  const T* src = static_cast<const T*>(pool) + (row_offset >= 0 ? row_offset : 0);
+  const GatherShare<C> share(tid);
+  const int lane = tid % 32;
+  const int piece = lane % 8;  // this lane's 16-byte piece of a row's 128 bytes
   ::attnkit::cuda::tma::mbar_wait(empty, parity ^ 1);
-  // Piece k of the row's 128 bytes in a column block lies at (k ^ row % 8) * 16 (the 128-byte
-  // swizzle): the row's start has those bits clear, so one XOR a piece finds it. Column blocks in
-  // a loop that is not unrolled, and the XOR left to each piece: the producer has 40 registers.
-#pragma unroll 1
-  for (int cb = tid / C::kBlockN; cb < C::kColBlocks; cb += kThreadsPerRow) {
-    const uint32_t swizzled_row = (s_tile + static_cast<uint32_t>(cb * C::kBlockN + row) * 128) | ((row & 7) << 4);
+  // Rows outside, column blocks inside (a column block is 1024-byte aligned: the swizzle's bits
+  // stay the row's), two rows at a time: the producer's registers hold two rows' addresses.
+#pragma unroll 2
+  for (int i = 0; i < 8; ++i) {
+    const int r = 4 * i + lane / 8;  // of the warp's 32 rows
+    const int64_t offset = __shfl_sync(0xffffffffu, row_offset, r);
+    const int row = share.first_row + r;
+    // Piece k of a row lies at (k ^ row % 8) * 16 in its 128 bytes (the 128-byte swizzle).
+    const uint32_t dst = s_tile + static_cast<uint32_t>(row * 128 + ((piece ^ (row & 7)) << 4));
+    const T* src = static_cast<const T*>(pool) + (offset >= 0 ? offset : 0) + piece * 8;
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      tile::cp_async_16(swizzled_row ^ static_cast<uint32_t>(k << 4), src + cb * 64 + k * 8, row_offset >= 0);
+    for (int cb = share.cb0; cb < C::kColBlocks; cb += GatherShare<C>::kCbStep)
+      tile::cp_async_16(dst + static_cast<uint32_t>(cb * C::kBlockN * 128), src + cb * 64, offset >= 0);
   }
   tile::cp_async_arrive(full);
 }
@@ -160,30 +177,45 @@ __device__ __forceinline__ void st_shared_16(uint32_t addr, const uint4& v) {
                : "memory");
 }
 
-// An e4m3 cache's tile: the same rows as gather_kv_tile (row tid % kBlockN, whole column blocks),
-// each column block's 64 bytes loaded into registers, dequantised with `factor` (the cache's k or
-// v scale, E4m3Dequant::factor) and stored swizzled; rows past kv_hi are zeros. The stores are
-// generic-proxy writes that wgmma reads through the async proxy: fenced before the arrival.
+// An e4m3 cache's tile: the same rows and column blocks a warp as gather_kv_tile, 4 lanes a row
+// (a column block's 64 bytes), 8 rows an instruction: each lane loads its 16 e4m3 values,
+// dequantises them with `factor` (the cache's k or v scale, E4m3Dequant::factor) and stores the two
+// 16-byte pieces they make, swizzled; rows past kv_hi are zeros. Four 16-byte loads are in flight
+// a thread before any is converted. The stores are generic-proxy writes that wgmma reads through
+// the async proxy: fenced before the arrival.
 template <typename C>
 __device__ __forceinline__ void gather_e4m3_kv_tile(const void* pool, int64_t row_offset, uint32_t factor,
                                                     uint32_t s_tile, uint32_t full, uint32_t empty, uint32_t parity,
                                                     int tid) {
-  constexpr int kThreadsPerRow = 128 / C::kBlockN;
-  const int row = tid % C::kBlockN;
-  const uint4* src = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(pool) + (row_offset >= 0 ? row_offset : 0));
+  constexpr int kStep = GatherShare<C>::kCbStep;
+  constexpr int kCbs = C::kColBlocks / kStep;  // column blocks a warp loads: 1 (d64) or 2
+  constexpr int kRows = 4 / kCbs;              // rows a lane has in flight
+  const GatherShare<C> share(tid);
+  const int lane = tid % 32;
+  const int quarter = lane % 4;  // this lane's 16 bytes of a row's 64 (pieces 2 quarter, 2 quarter + 1 out)
   ::attnkit::cuda::tma::mbar_wait(empty, parity ^ 1);
 #pragma unroll 1
-  for (int cb = tid / C::kBlockN; cb < C::kColBlocks; cb += kThreadsPerRow) {
-    uint4 raw[4];  // the column block's 64 values, loaded before any is converted
+  for (int i0 = 0; i0 < 4; i0 += kRows) {
+    uint4 raw[kRows][kCbs];
 #pragma unroll
-    for (int h = 0; h < 4; ++h) raw[h] = row_offset >= 0 ? __ldg(src + cb * 4 + h) : make_uint4(0, 0, 0, 0);
-    const uint32_t swizzled_row = (s_tile + static_cast<uint32_t>(cb * C::kBlockN + row) * 128) | ((row & 7) << 4);
+    for (int i = 0; i < kRows; ++i) {
+      const int64_t offset = __shfl_sync(0xffffffffu, row_offset, 8 * (i0 + i) + lane / 4);
+      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(pool) + (offset >= 0 ? offset : 0));
 #pragma unroll
-    for (int h = 0; h < 4; ++h) {
-      uint4 first, second;
-      dequantise_piece<typename C::T>(raw[h], factor, first, second);
-      st_shared_16(swizzled_row ^ static_cast<uint32_t>((2 * h) << 4), first);
-      st_shared_16(swizzled_row ^ static_cast<uint32_t>((2 * h + 1) << 4), second);
+      for (int c = 0; c < kCbs; ++c)
+        raw[i][c] = offset >= 0 ? __ldg(src + (share.cb0 + c * kStep) * 4 + quarter) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = share.first_row + 8 * (i0 + i) + lane / 4;
+#pragma unroll
+      for (int c = 0; c < kCbs; ++c) {
+        const uint32_t row_base = s_tile + static_cast<uint32_t>(((share.cb0 + c * kStep) * C::kBlockN + row) * 128);
+        uint4 first, second;
+        dequantise_piece<typename C::T>(raw[i][c], factor, first, second);
+        st_shared_16(row_base + static_cast<uint32_t>(((2 * quarter) ^ (row & 7)) << 4), first);
+        st_shared_16(row_base + static_cast<uint32_t>(((2 * quarter + 1) ^ (row & 7)) << 4), second);
+      }
     }
   }
   ::attnkit::cuda::wgmma::fence_proxy_async();
