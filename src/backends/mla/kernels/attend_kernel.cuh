@@ -1,15 +1,18 @@
 // The `mla` attention kernel. One CTA, two warpgroups, one work item (plan.h): 64 query rows of one
 // request (heads x new tokens; rows past the item's end are zero) against the item's KV tiles.
 //   Q: 64 x 576 bf16, loaded once with cp.async into the 128-byte-swizzled layout wgmma reads.
-//   K tiles: 64 tokens x 576, two stages; warp 0 issues one TMA box per (page piece, 64-column
-//     block), each column block counted on its own mbarrier, so S starts on the first block while
-//     the others land. The same tile is V: its first 512 columns.
-//   Per tile: each warpgroup computes S for 32 of the 64 tokens (m64n32, 36 k-steps), the two
-//     exchange their row maxima through shared memory, write P (bf16) for their tokens into one
-//     shared 64 x 64 tile, and each accumulates its half of O (64 x 256 f32, m64n256, 4 k-steps)
-//     from the whole P and its 256 V columns. Row sums stay per warpgroup until the epilogue.
-// Tile j + 1's loads are issued at the top of iteration j, once a CTA barrier shows both
-// warpgroups done with tile j - 1 (whose stage they take), so they overlap all of tile j's math.
+//   K tiles: 64 tokens x 576, two stages; TMA boxes a (page piece, 64-column block), each column
+//     block counted on its own mbarrier, so S starts on the first block while the others land.
+//     The same tile is V: its first 512 columns.
+//   The roles are split so that the tensor cores work while the softmax runs:
+//   - warpgroup 0 computes S_j = Q K_j^T for all 64 tokens (m64n64, 36 k-steps), the softmax (it
+//     holds whole rows: no exchange), writes P_j (bf16) over the tile's RoPE column block (S_j has
+//     read it; 64 x 64 bf16 is one block) and the rows' rescale factors, then accumulates its
+//     half of O (64 x 256 f32, m64n256) and issues S_{j+1} behind it;
+//   - warpgroup 1 waits for P_j, rescales its half of O and accumulates it from P_j and its 256 V
+//     columns; its first warp then loads tile j + 2 into the stage both have released.
+//   mbarriers order them: per stage, one a column block (full), one for both warpgroups' release
+//   (empty) and one for P_j (p_ready).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +25,7 @@
 #include "backends/mla/kernels/row_window.cuh"
 #include "cuda/row_math.cuh"
 #include "cuda/wgmma.cuh"
+#include "cuda/wgmma_ops.cuh"
 
 namespace attnkit::mla {
 
@@ -30,14 +34,23 @@ namespace attend_detail {
 constexpr int kThreads = 256;
 constexpr int kBlockBytes = kTileRows * 128;                 // one 64-column block of 64 rows
 constexpr int kColBlocks = kHeadDimQk / 64;                  // 9
+constexpr int kRopeBlock = kColBlocks - 1;                   // the block P_j takes over
 constexpr int kTileBytes = kColBlocks * kBlockBytes;         // 73728: Q, or one K stage
 constexpr int kOffK = kTileBytes;                            // two stages after Q
-constexpr int kOffP = 3 * kTileBytes;                        // P: 64 x 64 bf16, one block
-constexpr int kOffMax = kOffP + kBlockBytes;                 // [2 parities][2 warpgroups][64] f32
-constexpr int kOffSum = kOffMax + 2 * 2 * kTileRows * 4;     // [2 warpgroups][64] f32
-constexpr int kOffBar = kOffSum + 2 * kTileRows * 4;         // [2 stages][9 column blocks] u64 mbarriers
-constexpr int kSmemBytes = kOffBar + 2 * kColBlocks * 8;
+constexpr int kOffCorr = 3 * kTileBytes;                     // [2 stages][64] f32: P_j's rescale factors
+constexpr int kOffSum = kOffCorr + 2 * kTileRows * 4;        // [64] f32 row sums, then [64] f32 row maxima
+constexpr int kOffBar = kOffSum + 2 * kTileRows * 4;         // u64 mbarriers:
+constexpr int kBarFull = 0;                                  //   [2 stages][9 column blocks]
+constexpr int kBarEmpty = 2 * kColBlocks;                    //   [2 stages]: 8 warps release
+constexpr int kBarPReady = kBarEmpty + 2;                    //   [2 stages]: warpgroup 0's 128 threads
+constexpr int kNumBars = kBarPReady + 2;
+constexpr int kSmemBytes = kOffBar + kNumBars * 8;
 static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the H100/H200 limit");
+static_assert(kTileTokens == 64, "P_j (64 rows x kTileTokens bf16) fills exactly one column block");
+
+constexpr int kSoftmaxGroup = 0;  // warpgroup 0: S, softmax, O[:, 0..256)
+constexpr int kEpilogueBarrier = 1;  // named barrier: both warpgroups, before the row sums are read
+constexpr int kGroupBarrier = 2;     // named barrier: warpgroup 0 alone
 
 // Byte offset of 16-byte chunk `chunk` (8 bf16) of row `row` in a 64-row tile of column blocks.
 __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
@@ -48,12 +61,16 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 using ::attnkit::cuda::fast_exp2;
 using ::attnkit::cuda::quad_max;
 using ::attnkit::cuda::quad_sum;
 
-// Warp 0: the TMA boxes of tile j into stage j % 2, column block 0 first; block cb is counted on
-// bars + 8 cb. Boxes past the item's KV end are not loaded (the consumers zero those rows); each
+// One warp: the TMA boxes of tile j into stage j % 2, column block 0 first; block cb is counted on
+// bars + 8 cb. Boxes past the item's KV end are not loaded (warpgroup 0 zeroes those rows); each
 // barrier expects exactly the bytes that are.
 __device__ __forceinline__ void issue_tile(const void* map, const AttendParams& p, const WorkItem& w,
                                            uint32_t s_stage, uint32_t bars, int j, int lane) {
@@ -73,6 +90,70 @@ __device__ __forceinline__ void issue_tile(const void* map, const AttendParams& 
   }
 }
 
+// Shared-memory addresses of the CTA's parts.
+struct Smem {
+  uint32_t q, bars;
+  __device__ __forceinline__ uint32_t stage(int s) const { return q + kOffK + s * kTileBytes; }
+  __device__ __forceinline__ uint32_t p_block(int s) const { return stage(s) + kRopeBlock * kBlockBytes; }
+  __device__ __forceinline__ uint32_t full(int s) const { return bars + 8 * (kBarFull + kColBlocks * s); }
+  __device__ __forceinline__ uint32_t empty(int s) const { return bars + 8 * (kBarEmpty + s); }
+  __device__ __forceinline__ uint32_t p_ready(int s) const { return bars + 8 * (kBarPReady + s); }
+};
+
+// O[:, 256 half .. +256] += P V of tile j's stage, issued and committed: P from the stage's RoPE
+// block (K-major), V MN-major (tokens down the rows).
+__device__ __forceinline__ void issue_pv(float (&o)[128], const Smem& sm, int stage, int half) {
+  namespace mma = ::attnkit::cuda::wgmma;
+  mma::fence_regs(o);
+  mma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kTileTokens / 16; ++kk) {
+    const uint64_t desc_p = mma::make_desc(sm.p_block(stage) + kk * 32, 16, 1024);
+    const uint64_t desc_v = mma::make_desc(sm.stage(stage) + 4 * half * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
+    hopper::wgmma_m64n256_ss_tb(o, desc_p, desc_v);
+  }
+  mma::commit();
+}
+
+// S [64 x 64] = Q K^T of tile j's stage, issued and committed once every column block has landed
+// (a wait between the products would make ptxas serialise them: the waits are divergent loops).
+__device__ __forceinline__ void issue_s(float (&s)[32], const Smem& sm, int stage, uint32_t parity) {
+  namespace mma = ::attnkit::cuda::wgmma;
+  for (int cb = 0; cb < kColBlocks; ++cb) hopper::mbar_wait(sm.full(stage) + 8 * cb, parity);
+  mma::fence_regs(s);
+  mma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDimQk / 16; ++kk) {
+    const uint32_t col = (kk / 4) * kBlockBytes + (kk % 4) * 32;
+    const uint64_t desc_q = mma::make_desc(sm.q + col, 16, 1024);
+    const uint64_t desc_k = mma::make_desc(sm.stage(stage) + col, 16, 1024);
+    mma::wgmma_ss<__nv_bfloat16, 64>(s, desc_q, desc_k, kk > 0);
+  }
+  mma::commit();
+}
+
+// Warpgroup 0: tile j's rows past the item's KV end were not loaded; once every block of the
+// stage has landed, they become zeros (P is 0 there, but 0 x NaN is not), fenced for wgmma.
+__device__ __forceinline__ void zero_tail(unsigned char* smem, const Smem& sm, const WorkItem& w, int j, int wtid) {
+  const int stage = j & 1;
+  const int valid = min(kTileTokens, w.kv_hi - (w.n0 + j * kTileTokens));
+  if (valid >= kTileTokens) return;
+  for (int cb = 0; cb < kColBlocks; ++cb) hopper::mbar_wait(sm.full(stage) + 8 * cb, (j >> 1) & 1);
+  constexpr int kChunks = kHeadDimQk / 8;
+  for (int idx = wtid; idx < (kTileTokens - valid) * kChunks; idx += 128) {
+    const int r = valid + idx / kChunks;
+    *reinterpret_cast<uint4*>(smem + kOffK + stage * kTileBytes + tile_offset(r, idx % kChunks)) = make_uint4(0, 0, 0, 0);
+  }
+  ::attnkit::cuda::wgmma::fence_proxy_async();
+  named_sync(kGroupBarrier, 128);
+}
+
+// A warp's release of a stage (or of P): its lanes are done with it.
+__device__ __forceinline__ void warp_arrive(uint32_t bar, int lane) {
+  __syncwarp();
+  if (lane == 0) hopper::mbar_arrive(bar);
+}
+
 }  // namespace attend_detail
 
 __global__ void __launch_bounds__(attend_detail::kThreads, 1)
@@ -86,14 +167,17 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
   const int wg = tid / 128;
   const int lane = tid % 32;
   const int row_base = ((tid % 128) / 32) * 16 + lane / 4;  // this thread's rows: row_base, + 8
-  const uint32_t s_q = hopper::smem_addr(smem);
-  const uint32_t s_p = s_q + ad::kOffP;
-  float* s_max = reinterpret_cast<float*>(smem + ad::kOffMax);
+  const ad::Smem sm{hopper::smem_addr(smem), hopper::smem_addr(smem) + ad::kOffBar};
+  float* s_corr = reinterpret_cast<float*>(smem + ad::kOffCorr);
   float* s_sum = reinterpret_cast<float*>(smem + ad::kOffSum);
-  const uint32_t s_bar = s_q + ad::kOffBar;
+  float* s_max = s_sum + kTileRows;
   const void* g_map = &map;
 
-  if (tid < 2 * ad::kColBlocks) hopper::mbar_init(s_bar + 8 * tid, 1);
+  if (tid < 2 * ad::kColBlocks) hopper::mbar_init(sm.bars + 8 * (ad::kBarFull + tid), 1);
+  if (tid < 2) {
+    hopper::mbar_init(sm.empty(tid), 8);      // every warp of both warpgroups
+    hopper::mbar_init(sm.p_ready(tid), 128);  // every thread of warpgroup 0, after its P stores
+  }
   // Q rows, zero past the item's end.
   const __nv_bfloat16* g_q = static_cast<const __nv_bfloat16*>(p.q);
   constexpr int kQChunks = kHeadDimQk / 8;
@@ -102,174 +186,192 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
     const int c = idx % kQChunks;
     const bool valid = r < w.rows;
     const __nv_bfloat16* src = valid ? g_q + (int64_t{w.q_row0} + r) * kHeadDimQk + c * 8 : g_q;
-    ad::cp_async_16(s_q + ad::tile_offset(r, c), src, valid);
+    ad::cp_async_16(sm.q + ad::tile_offset(r, c), src, valid);
   }
   asm volatile("cp.async.commit_group;\n" ::);
   __syncthreads();  // the barriers are initialised
   if (tid < 32) {
-    for (int j = 0; j < min(2, w.num_tiles); ++j) ad::issue_tile(g_map, p, w, s_q + ad::kOffK + j * ad::kTileBytes, s_bar + 8 * ad::kColBlocks * j, j, lane);
+    for (int j = 0; j < min(2, w.num_tiles); ++j) ad::issue_tile(g_map, p, w, sm.stage(j), sm.full(j), j, lane);
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
   mma::fence_proxy_async();
   __syncthreads();  // Q has landed, for both warpgroups' wgmma
 
-  const RowWindow win(p, w);
-
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+
+  // Epilogue: each warpgroup's 256 columns, normalised by warpgroup 0's row sums.
+  auto write_out = [&]() {
+    ad::named_sync(ad::kEpilogueBarrier, ad::kThreads);
+    const bool split = w.partial >= 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row_base + 8 * h;
+      if (r >= w.rows) continue;
+      const float total = s_sum[r];
+      const float m_row = s_max[r];
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // a row that sees nothing: zeros
+      if (split) {
+        float* g_o = p.partial_o + (int64_t{w.partial} * kTileRows + r) * kHeadDimVo + wg * 256 + 2 * (lane % 4);
+#pragma unroll
+        for (int nb = 0; nb < 32; ++nb)
+          *reinterpret_cast<float2*>(g_o + nb * 8) = make_float2(o[nb * 4 + 2 * h] * inv, o[nb * 4 + 2 * h + 1] * inv);
+        if (wg == 0 && lane % 4 == 0)
+          p.partial_lse[int64_t{w.partial} * kTileRows + r] = total > 0.0f ? (m_row + log2f(total)) * RowWindow::kLn2 : -INFINITY;
+      } else {
+        if (p.lse != nullptr && wg == 0 && lane % 4 == 0)
+          p.lse[int64_t{w.q_row0} + r] = total > 0.0f ? (m_row + log2f(total)) * RowWindow::kLn2 : -INFINITY;
+        __nv_bfloat16* g_o =
+            static_cast<__nv_bfloat16*>(p.out) + (int64_t{w.q_row0} + r) * kHeadDimVo + wg * 256 + 2 * (lane % 4);
+#pragma unroll
+        for (int nb = 0; nb < 32; ++nb)
+          *reinterpret_cast<__nv_bfloat162*>(g_o + nb * 8) =
+              __floats2bfloat162_rn(o[nb * 4 + 2 * h] * inv, o[nb * 4 + 2 * h + 1] * inv);
+      }
+    }
+  };
+
+  // Warpgroup 1 first, on its own path to its end: ptxas serialises the products when two
+  // warpgroups' wgmma code paths meet again (the join reads as a divergent path).
+  if (wg != ad::kSoftmaxGroup) {
+    const int wtid = tid - 128;
+    const int warp = wtid / 32;
+    for (int j = 0; j < w.num_tiles; ++j) {
+      const int stage = j & 1;
+      hopper::mbar_wait(sm.p_ready(stage), (j >> 1) & 1);
+      const float c0 = s_corr[stage * kTileRows + row_base];
+      const float c1 = s_corr[stage * kTileRows + row_base + 8];
+      mma::fence_regs(o);
+#pragma unroll
+      for (int nb = 0; nb < 32; ++nb) {
+        o[nb * 4 + 0] *= c0;
+        o[nb * 4 + 1] *= c0;
+        o[nb * 4 + 2] *= c1;
+        o[nb * 4 + 3] *= c1;
+      }
+      ad::issue_pv(o, sm, stage, 1);
+      mma::wait<0>();
+      mma::fence_regs(o);
+      ad::warp_arrive(sm.empty(stage), lane);
+      // The stage both warpgroups have released takes tile j + 2.
+      if (warp == 0 && j + 2 < w.num_tiles) {
+        if (lane == 0) hopper::mbar_wait(sm.empty(stage), (j >> 1) & 1);
+        __syncwarp();
+        ad::issue_tile(g_map, p, w, sm.stage(stage), sm.full(stage), j + 2, lane);
+      }
+    }
+    write_out();
+    return;
+  }
+  const RowWindow win(p, w);
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
-
-  for (int j = 0; j < w.num_tiles; ++j) {
+  float s[32];
+  if (w.num_tiles > 0) {
+    ad::zero_tail(smem, sm, w, 0, tid);
+    ad::issue_s(s, sm, 0, 0);
+  }
+  // Tile j's softmax once S_j has landed: P_j over the stage's RoPE block, its rescale factors
+  // beside it, p_ready; then O[:, 0..256) = O corr + P_j V_j issued (not waited for).
+  auto softmax_and_pv = [&](int j) {
     const int stage = j & 1;
-    const uint32_t s_k = s_q + ad::kOffK + stage * ad::kTileBytes;
     const int n0 = w.n0 + j * kTileTokens;
-    if (j >= 1) {
-      __syncthreads();  // both warpgroups are done with tile j - 1: its stage takes tile j + 1
-      if (tid < 32 && j + 1 < w.num_tiles) {
-        ad::issue_tile(g_map, p, w, s_q + ad::kOffK + ((j + 1) & 1) * ad::kTileBytes,
-                       s_bar + 8 * ad::kColBlocks * ((j + 1) & 1), j + 1, lane);
-      }
-    }
-    const uint32_t s_bars = s_bar + 8 * ad::kColBlocks * stage;
-    const uint32_t parity = (j >> 1) & 1;
-    // Rows past the KV end were not loaded: zero them (once every block has landed), so that
-    // P = 0 meets finite V.
-    const int valid = min(kTileTokens, w.kv_hi - n0);
-    if (valid < kTileTokens) {
-      for (int cb = 0; cb < ad::kColBlocks; ++cb) hopper::mbar_wait(s_bars + 8 * cb, parity);
-      for (int idx = tid; idx < (kTileTokens - valid) * kQChunks; idx += ad::kThreads) {
-        const int r = valid + idx / kQChunks;
-        const int c = idx % kQChunks;
-        *reinterpret_cast<uint4*>(smem + ad::kOffK + stage * ad::kTileBytes + ad::tile_offset(r, c)) = make_uint4(0, 0, 0, 0);
-      }
-      mma::fence_proxy_async();
-      __syncthreads();
-    }
-
-    // S = Q K^T for this warpgroup's 32 tokens.
-    float s[16];
-    mma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDimQk / 16; ++kk) {
-      if (kk % 4 == 0) hopper::mbar_wait(s_bars + 8 * (kk / 4), parity);  // this column block has landed
-      const uint32_t col = (kk / 4) * ad::kBlockBytes + (kk % 4) * 32;
-      const uint64_t desc_q = mma::make_desc(s_q + col, 16, 1024);
-      const uint64_t desc_k = mma::make_desc(s_k + col + wg * 32 * 128, 16, 1024);
-      hopper::wgmma_m64n32_ss<0>(s, desc_q, desc_k, kk > 0);
-    }
-    mma::commit();
-    mma::wait_all();
+    mma::wait<0>();  // S_j done
     mma::fence_regs(s);
-
-    // Scale, soft-cap, mask: s[nb * 4 + 2h + e] is row row_base + 8h, token n0 + 32 wg + 8 nb + 2 (lane % 4) + e.
+    // S has read the whole stage, all four warps' parts: the RoPE block may take P.
+    ad::named_sync(ad::kGroupBarrier, 128);
+    // Scale, soft-cap, mask: s[nb * 4 + 2h + e] is row row_base + 8h, token n0 + 8 nb + 2 (lane % 4) + e.
     if (win.soft_cap) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) s[i] = win.cap(s[i]);
+      for (int i = 0; i < 32; ++i) s[i] = win.cap(s[i]);
     }
     if (win.tile_masked(n0)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int2 vis = win.visible(row_base + 8 * h);
 #pragma unroll
-        for (int nb = 0; nb < 4; ++nb) {
+        for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int t = n0 + wg * 32 + nb * 8 + 2 * (lane % 4) + e;
+            const int t = n0 + nb * 8 + 2 * (lane % 4) + e;
             if (t < vis.x || t >= vis.y) s[nb * 4 + 2 * h + e] = -INFINITY;
           }
         }
       }
     }
-    // Row maxima of both warpgroups' halves.
-    float* s_max_j = s_max + (j & 1) * 2 * kTileRows;
+    float corr[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int nb = 0; nb < 4; ++nb) mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * h], s[nb * 4 + 2 * h + 1]));
+      for (int nb = 0; nb < 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * h], s[nb * 4 + 2 * h + 1]));
       mx = ad::quad_max(mx);
-      if (lane % 4 == 0) s_max_j[wg * kTileRows + row_base + 8 * h] = mx;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row_base + 8 * h;
-      const float mx = fmaxf(s_max_j[r], s_max_j[kTileRows + r]);
       const float m_new = fmaxf(m[h], mx * win.exp_scale);
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: P = 0, not NaN
-      const float corr = ad::fast_exp2(m[h] - base);
+      corr[h] = ad::fast_exp2(m[h] - base);
       m[h] = m_new;
       float sum = 0.0f;
 #pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
+      for (int nb = 0; nb < 8; ++nb) {
         s[nb * 4 + 2 * h] = ad::fast_exp2(fmaf(s[nb * 4 + 2 * h], win.exp_scale, -base));
         s[nb * 4 + 2 * h + 1] = ad::fast_exp2(fmaf(s[nb * 4 + 2 * h + 1], win.exp_scale, -base));
         sum += s[nb * 4 + 2 * h] + s[nb * 4 + 2 * h + 1];
       }
-      l[h] = l[h] * corr + sum;
+      l[h] = l[h] * corr[h] + sum;
+      const int r = row_base + 8 * h;
+      if (lane % 4 == 0) s_corr[stage * kTileRows + r] = corr[h];
+      // P: chunk nb of row r, two tokens a thread, over the stage's RoPE block.
 #pragma unroll
-      for (int nb = 0; nb < 32; ++nb) {
-        o[nb * 4 + 2 * h] *= corr;
-        o[nb * 4 + 2 * h + 1] *= corr;
-      }
-      // P for this warpgroup's tokens: chunk 4 wg + nb of row r, two tokens a thread.
-#pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
+      for (int nb = 0; nb < 8; ++nb) {
         const __nv_bfloat162 pv = __floats2bfloat162_rn(s[nb * 4 + 2 * h], s[nb * 4 + 2 * h + 1]);
-        *reinterpret_cast<__nv_bfloat162*>(smem + ad::kOffP + ad::tile_offset(r, wg * 4 + nb) + 4 * (lane % 4)) = pv;
+        *reinterpret_cast<__nv_bfloat162*>(smem + ad::kOffK + stage * ad::kTileBytes + ad::kRopeBlock * ad::kBlockBytes +
+                                           ad::tile_offset(r, nb) + 4 * (lane % 4)) = pv;
       }
     }
-    mma::fence_proxy_async();
-    __syncthreads();  // the whole P is written
+    mma::fence_proxy_async();  // P's generic stores, before either warpgroup's wgmma reads them
+    hopper::mbar_arrive(sm.p_ready(stage));
+    ad::named_sync(ad::kGroupBarrier, 128);  // all of P is written, for this warpgroup's product
 
-    // O[:, 256 wg .. +256] += P V.
+    // O[:, 0..256) = O corr + P_j V_j, then S_{j+1} behind it.
     mma::fence_regs(o);
-    mma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kTileTokens / 16; ++kk) {
-      const uint64_t desc_p = mma::make_desc(s_p + kk * 32, 16, 1024);
-      const uint64_t desc_v = mma::make_desc(s_k + 4 * wg * ad::kBlockBytes + kk * 16 * 128, ad::kBlockBytes, 1024);
-      hopper::wgmma_m64n256_ss_tb(o, desc_p, desc_v);
+    for (int nb = 0; nb < 32; ++nb) {
+      o[nb * 4 + 0] *= corr[0];
+      o[nb * 4 + 1] *= corr[0];
+      o[nb * 4 + 2] *= corr[1];
+      o[nb * 4 + 3] *= corr[1];
     }
-    mma::commit();
-    mma::wait_all();
+    ad::issue_pv(o, sm, stage, 0);
+  };
+  // Every wgmma wait unconditional (the last tile peeled off): ptxas then proves the accumulators
+  // settled instead of serialising the products.
+  int j = 0;
+  for (; j + 1 < w.num_tiles; ++j) {
+    softmax_and_pv(j);
+    ad::zero_tail(smem, sm, w, j + 1, tid);
+    ad::issue_s(s, sm, (j + 1) & 1, ((j + 1) >> 1) & 1);
+    mma::wait<1>();  // P_j V_j done: this warpgroup is through with stage j
     mma::fence_regs(o);
+    ad::warp_arrive(sm.empty(j & 1), lane);
   }
-
-  // Epilogue: the row sums of both halves, then this warpgroup's 256 columns.
+  if (w.num_tiles > 0) {
+    softmax_and_pv(j);
+    mma::wait<0>();
+    mma::fence_regs(o);
+    ad::warp_arrive(sm.empty(j & 1), lane);
+  }
+  // The row sums and maxima, for the other warpgroup's half of O.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float sum = ad::quad_sum(l[h]);
-    if (lane % 4 == 0) s_sum[wg * kTileRows + row_base + 8 * h] = sum;
-  }
-  __syncthreads();
-  const bool split = w.partial >= 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row_base + 8 * h;
-    if (r >= w.rows) continue;
-    const float total = s_sum[r] + s_sum[kTileRows + r];
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // a row that sees nothing: zeros
-    if (split) {
-      float* g_o = p.partial_o + (int64_t{w.partial} * kTileRows + r) * kHeadDimVo + wg * 256 + 2 * (lane % 4);
-#pragma unroll
-      for (int nb = 0; nb < 32; ++nb)
-        *reinterpret_cast<float2*>(g_o + nb * 8) = make_float2(o[nb * 4 + 2 * h] * inv, o[nb * 4 + 2 * h + 1] * inv);
-      if (wg == 0 && lane % 4 == 0)
-        p.partial_lse[int64_t{w.partial} * kTileRows + r] = total > 0.0f ? (m[h] + log2f(total)) * RowWindow::kLn2 : -INFINITY;
-    } else {
-      if (p.lse != nullptr && wg == 0 && lane % 4 == 0)
-        p.lse[int64_t{w.q_row0} + r] = total > 0.0f ? (m[h] + log2f(total)) * RowWindow::kLn2 : -INFINITY;
-      __nv_bfloat16* g_o =
-          static_cast<__nv_bfloat16*>(p.out) + (int64_t{w.q_row0} + r) * kHeadDimVo + wg * 256 + 2 * (lane % 4);
-#pragma unroll
-      for (int nb = 0; nb < 32; ++nb)
-        *reinterpret_cast<__nv_bfloat162*>(g_o + nb * 8) =
-            __floats2bfloat162_rn(o[nb * 4 + 2 * h] * inv, o[nb * 4 + 2 * h + 1] * inv);
+    l[h] = sum;
+    if (lane % 4 == 0) {
+      s_sum[row_base + 8 * h] = sum;
+      s_max[row_base + 8 * h] = m[h];
     }
   }
+  write_out();
 }
 
 }  // namespace attnkit::mla

@@ -1,8 +1,8 @@
 // Hopper building blocks of the `mla` kernels (sm_90a): the mbarriers and TMA tile loads of
 // cuda/tma.cuh over the latent pool's tensor maps, and the wgmma shapes the kernels issue, every
 // operand in shared memory, 128-byte swizzled (the layout the TMA boxes land in). The 64-row
-// kernel: S = Q K^T as m64n32k16 (each warpgroup takes 32 of the tile's 64 tokens) and O += P V as
-// m64n256k16 (each warpgroup owns 256 of the 512 output columns). The narrow kernels, transposed:
+// kernel: S = Q K^T as m64n64k16 (cuda/wgmma_ops.cuh; one warpgroup takes the tile's 64 tokens) and
+// O += P V as m64n256k16 (each warpgroup owns 256 of the 512 output columns). The narrow kernels, transposed:
 // S^T = K Q^T and O^T += V^T P^T as m64n16k16 / m64n32k16.
 #pragma once
 
