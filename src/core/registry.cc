@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "attnkit/tuning.h"
+#include "core/backend_order.h"
 #include "core/builtin_backends.h"
 
 namespace attnkit {
@@ -51,18 +52,10 @@ Selection select_backend(const AttentionSpec& spec, const KvCacheConfig& cache, 
 
 Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, const ForwardBatch* batch) {
   const AttentionSpec& spec = model.layer(0);
-  // jit after cuda-naive while its one template runs on CUDA cores (42.6 GB/s decode and 0.94
-  // TFLOP/s prefill against cuda-naive's 566 GB/s and 2.24 in docs/benchmarks.md): it is chosen
-  // for what only it serves (user variants).
-  // hopper after planned while its extend kernel is the slower of the two (H200, 8k tokens, page
-  // 16: 341 causal / 416 full TFLOP/s against planned's 406 / 425, docs/benchmarks.md); the two
-  // share the decode kernel.
-  static const char* const kCudaOrder[] = {"mla", "planned", "hopper", "cuda-naive", "jit"};
-  static const char* const kCpuOrder[] = {"cpu", "reference"};
   const Registry& registry = Registry::global();
   Selection s;
   auto try_order = [&](const auto& order, const std::string& rule) {
-    for (const char* name : order) {
+    for (const std::string& name : order) {
       const auto& all = registry.all();
       auto it = std::find_if(all.begin(), all.end(), [&](const BackendInfo& b) { return b.name == name; });
       if (it == all.end()) continue;  // not built into this library
@@ -86,7 +79,7 @@ Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, con
     if (auto table = tuning_table()) {
       const TuningBucket bucket = bucket_for(spec, cache.device, *batch);
       if (const TuningEntry* e = table->lookup(bucket)) {
-        const char* const measured[] = {e->backend.c_str()};
+        const std::vector<std::string> measured = {e->backend};
         s.reason = detail::concat("measured (", tuning_table_source(), ", bucket ", e->bucket.phase, " batch ",
                                   e->bucket.batch_size, " kv ", e->bucket.kv_len, ")");
         if (try_order(measured, "fastest measured in this bucket")) return s;
@@ -96,7 +89,7 @@ Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, con
   }
   const std::string rule = detail::concat("first in the ", device_name(cache.device), " order that supports ",
                                           spec.describe());
-  const bool found = cache.device == Device::cuda ? try_order(kCudaOrder, rule) : try_order(kCpuOrder, rule);
+  const bool found = try_order(backend_order(cache), rule);
   ATTNKIT_CHECK(found, "auto: no backend supports this spec and cache: ", s.reason);
   return s;
 }

@@ -1,7 +1,10 @@
 // The registry, `auto` selection and hybrid pairs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "attnkit/registry.h"
+#include "core/backend_order.h"
 
 namespace attnkit {
 namespace {
@@ -51,6 +54,32 @@ TEST(Auto, ExplainsWhyBetterRankedBackendsWereSkipped) {
   c.dtype = DType::f32;
   const Selection s = select_backend(llama_layer(), c);
   EXPECT_FALSE(s.backend.empty());
+}
+
+// The written rules put hopper ahead of planned only where its extend kernel was measured the
+// faster: a 16-bit cache of pages of 64 slots or more at head dim 128.
+TEST(Auto, HopperLeadsOnlyWhereMeasuredFaster) {
+  auto rank = [](const KvCacheConfig& c, const std::string& name) {
+    const std::vector<std::string> order = backend_order(c);
+    return std::find(order.begin(), order.end(), name) - order.begin();
+  };
+  KvCacheConfig c = cache_for(llama_layer(), Device::cuda);
+  ASSERT_EQ(c.head_dim_k, 128);
+  c.page_size = 64;
+  EXPECT_LT(rank(c, "hopper"), rank(c, "planned"));
+  c.page_size = 128;
+  EXPECT_LT(rank(c, "hopper"), rank(c, "planned"));
+  for (int page : {1, 16, 32}) {
+    c.page_size = page;
+    EXPECT_GT(rank(c, "hopper"), rank(c, "planned")) << "page " << page;
+  }
+  c.page_size = 64;
+  c.dtype = DType::e4m3;
+  EXPECT_GT(rank(c, "hopper"), rank(c, "planned"));
+  c.dtype = DType::bf16;
+  c.head_dim_k = c.head_dim_v = 64;
+  EXPECT_GT(rank(c, "hopper"), rank(c, "planned"));
+  EXPECT_EQ(backend_order(cache_for(llama_layer(), Device::cpu)), (std::vector<std::string>{"cpu", "reference"}));
 }
 
 TEST(Hybrid, SameLayoutPairWorks) {
