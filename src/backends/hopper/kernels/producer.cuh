@@ -54,13 +54,6 @@ __device__ __forceinline__ void load_kv_tile(const ExtendParams& p, const void* 
                                              int lane) {
   namespace tma = ::attnkit::cuda::tma;
   const KvBoxes<C> boxes(p, t, n0);
-#ifdef ATTNKIT_X_NO_KV_COPY
-  if (lane == 0) {
-    tma::mbar_wait(empty, parity ^ 1);
-    tma::mbar_arrive(full);
-  }
-  return;
-#endif
   if (lane == 0) {
     tma::mbar_wait(empty, parity ^ 1);
     tma::mbar_expect_tx(full, boxes.bytes());
