@@ -189,6 +189,9 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   if (!r.skipped.empty()) return r;
 
   KvCache cache(cfg);
+  // Pages in shuffled order, as the peers' pools have them (bench/peers): a page table in order
+  // would time a layout that serving rarely has.
+  cache.allocator().shuffle(1);
   std::vector<RequestStep> steps;
   for (const auto& [p, n] : w.requests) steps.push_back({.id = -1, .prefix_len = p, .num_new_tokens = n, .custom_mask = {}});
   const ForwardBatch batch = build_batch(cache, steps);
