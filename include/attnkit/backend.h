@@ -59,7 +59,8 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
 
 // Switches between a backend's own code paths, for comparing them on one machine; the defaults are
 // what each backend runs best with, and a backend ignores the switches that are not its own.
-// `attnkit bench` sets them with --decode-join, --cpu-bf16-dot, --hopper-kv-load and --decode-timeline.
+// `attnkit bench` and `attnkit check` set them with --decode-join, --cpu-bf16-dot and --hopper-kv-load,
+// `attnkit bench` also with --decode-timeline.
 struct BackendOptions {
   // planned: how a decode request split across many CTAs is joined.
   enum class DecodeJoin {

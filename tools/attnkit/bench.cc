@@ -39,9 +39,7 @@ struct Options {
   bool ceilings = false;
   std::string requests;   // "PREFIX+NEW[xCOUNT],...": overrides --batch and --kv-len
   bool non_causal = false;
-  std::string decode_join = "all-wait";
-  std::string hopper_kv_load = "by-page-size";
-  bool cpu_bf16_dot = true;
+  BackendOptions backend_options;
   std::string decode_timeline;
   ModelEdits edits;
 };
@@ -119,19 +117,8 @@ std::function<int()> add_bench(CLI::App& app) {
   cmd->add_option("--max-seconds", o->max_seconds, "Seconds after which a slow backend stops repeating")
       ->check(positive_number());
   cmd->add_option("--json", o->json, "Also write the results as JSON to this file")->check(writable_file());
-  cmd->add_option("--decode-join", o->decode_join,
-                  "planned: how wide split decodes are joined: all-wait (by all their CTAs, cooperative launch), "
-                  "two-level (by the last CTA, plain launch), all-wait-plain (planned all-wait, launched plainly)")
-      ->check(CLI::IsMember({"all-wait", "two-level", "all-wait-plain"}));
-  cmd->add_option("--cpu-bf16-dot", o->cpu_bf16_dot,
-                  "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)")
-      ->check(CLI::IsMember({"true", "false"}))
-      ->default_str("true");
+  add_backend_options(*cmd, &o->backend_options);
   add_cpu_target_option(*cmd);
-  cmd->add_option("--hopper-kv-load", o->hopper_kv_load,
-                  "hopper: K/V tiles into shared memory as TMA boxes where pages have 8 slots or more, else "
-                  "gathered with cp.async (by-page-size), or gathered whatever the page size (gather)")
-      ->check(CLI::IsMember({"by-page-size", "gather"}));
   cmd->add_option("--decode-timeline", o->decode_timeline,
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
@@ -161,13 +148,7 @@ std::function<int()> add_bench(CLI::App& app) {
     opt.warmup = o->warmup;
     opt.repeats = o->repeats;
     opt.max_seconds = o->max_seconds;
-    using Join = BackendOptions::DecodeJoin;
-    opt.backend_options.decode_join = o->decode_join == "two-level"        ? Join::two_level
-                                      : o->decode_join == "all-wait-plain" ? Join::all_wait_plain
-                                                                           : Join::all_wait;
-    opt.backend_options.cpu_bf16_dot = o->cpu_bf16_dot;
-    opt.backend_options.hopper_kv_load = o->hopper_kv_load == "gather" ? BackendOptions::HopperKvLoad::gather
-                                                                       : BackendOptions::HopperKvLoad::by_page_size;
+    opt.backend_options = o->backend_options;
     opt.decode_timeline = o->decode_timeline;
 
     std::vector<std::string> names;

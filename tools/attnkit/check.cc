@@ -27,6 +27,7 @@ std::function<int()> add_check(CLI::App& app) {
     int cases = 8;
     uint64_t seed = 1;
     bool standard = false;
+    BackendOptions backend_options;
     ModelEdits edits;
   };
   auto o = std::make_shared<Options>();
@@ -39,6 +40,7 @@ std::function<int()> add_check(CLI::App& app) {
   add_model_options(*cmd, &o->edits);
   add_threads_option(*cmd);
   add_cpu_target_option(*cmd);
+  add_backend_options(*cmd, &o->backend_options);
   return [o] {
     const Registry& registry = Registry::global();
     std::vector<std::string> backends;
@@ -66,7 +68,7 @@ std::function<int()> add_check(CLI::App& app) {
         for (auto& c : harness::standard_cases()) cases.push_back(std::move(c));
       }
       for (const auto& c : cases) {
-        const harness::CheckResult r = harness::run_check(name, c);
+        const harness::CheckResult r = harness::run_check(name, c, o->backend_options);
         std::cout << name << "  " << harness::describe(c) << "  ";
         if (!r.skipped.empty()) {
           std::cout << "SKIP (" << r.skipped << ")\n";

@@ -161,6 +161,35 @@ void add_cpu_target_option(CLI::App& cmd) {
       ->check(CLI::IsMember(targets, CLI::ignore_case));
 }
 
+void add_backend_options(CLI::App& cmd, BackendOptions* options) {
+  using Join = BackendOptions::DecodeJoin;
+  cmd.add_option_function<std::string>(
+         "--decode-join",
+         [options](const std::string& v) {
+           options->decode_join = v == "two-level" ? Join::two_level : v == "all-wait-plain" ? Join::all_wait_plain
+                                                                                            : Join::all_wait;
+         },
+         "planned: how wide split decodes are joined: all-wait (by all their CTAs, cooperative launch), "
+         "two-level (by the last CTA, plain launch), all-wait-plain (planned all-wait, launched plainly)")
+      ->check(CLI::IsMember({"all-wait", "two-level", "all-wait-plain"}))
+      ->default_str("all-wait");
+  cmd.add_option_function<std::string>(
+         "--cpu-bf16-dot", [options](const std::string& v) { options->cpu_bf16_dot = v == "true"; },
+         "cpu: bf16 products through AVX512-BF16 where the CPU has it (true), or f32 products (false)")
+      ->check(CLI::IsMember({"true", "false"}))
+      ->default_str("true");
+  cmd.add_option_function<std::string>(
+         "--hopper-kv-load",
+         [options](const std::string& v) {
+           options->hopper_kv_load =
+               v == "gather" ? BackendOptions::HopperKvLoad::gather : BackendOptions::HopperKvLoad::by_page_size;
+         },
+         "hopper: K/V tiles into shared memory as TMA boxes where pages have 8 slots or more, else gathered with "
+         "cp.async (by-page-size), or gathered whatever the page size (gather)")
+      ->check(CLI::IsMember({"by-page-size", "gather"}))
+      ->default_str("by-page-size");
+}
+
 void require_available(const std::string& subcommand, const std::string& backend) {
   const BackendInfo& info = Registry::global().get(backend);
   const std::string why = info.why_unavailable ? info.why_unavailable() : std::string();

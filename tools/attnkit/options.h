@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "attnkit/backend.h"
 #include "attnkit/kv_cache.h"
 #include "attnkit/spec.h"
 
@@ -31,6 +32,9 @@ void add_threads_option(CLI::App& cmd);
 void add_latent_option(CLI::App& cmd, LatentFormat* format);
 // --cpu-target NAME: the `cpu` kernels' SIMD target (attnkit/cpu_target.h), set as it is parsed.
 void add_cpu_target_option(CLI::App& cmd);
+// The switches between a backend's own code paths (attnkit/backend.h, BackendOptions), into
+// *options as they are parsed: --decode-join, --cpu-bf16-dot, --hopper-kv-load.
+void add_backend_options(CLI::App& cmd, BackendOptions* options);
 
 // Changes to a preset a subcommand offers: --heads N (every layer with N query heads, e.g.
 // deepseek-v3's 128 as 16, the share of one GPU at tensor parallelism 8; 0 keeps the preset's) and
