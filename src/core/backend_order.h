@@ -2,13 +2,13 @@
 // for a cache. The first that is available and supports the batch wins.
 #pragma once
 
-#include <string>
-#include <vector>
+#include <span>
 
 #include "attnkit/kv_cache.h"
 
 namespace attnkit {
 
-std::vector<std::string> backend_order(const KvCacheConfig& cache);
+// Static arrays: `auto` asks at every plan, so nothing is built per call.
+std::span<const char* const> backend_order(const KvCacheConfig& cache);
 
 }  // namespace attnkit

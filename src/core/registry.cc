@@ -55,7 +55,7 @@ Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, con
   const Registry& registry = Registry::global();
   Selection s;
   auto try_order = [&](const auto& order, const std::string& rule) {
-    for (const std::string& name : order) {
+    for (const char* name : order) {
       const auto& all = registry.all();
       auto it = std::find_if(all.begin(), all.end(), [&](const BackendInfo& b) { return b.name == name; });
       if (it == all.end()) continue;  // not built into this library
@@ -79,7 +79,7 @@ Selection select_backend(const ModelSpec& model, const KvCacheConfig& cache, con
     if (auto table = tuning_table()) {
       const TuningBucket bucket = bucket_for(spec, cache.device, *batch);
       if (const TuningEntry* e = table->lookup(bucket)) {
-        const std::vector<std::string> measured = {e->backend};
+        const char* const measured[] = {e->backend.c_str()};
         s.reason = detail::concat("measured (", tuning_table_source(), ", bucket ", e->bucket.phase, " batch ",
                                   e->bucket.batch_size, " kv ", e->bucket.kv_len, ")");
         if (try_order(measured, "fastest measured in this bucket")) return s;

@@ -365,7 +365,6 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float sum = ad::quad_sum(l[h]);
-    l[h] = sum;
     if (lane % 4 == 0) {
       s_sum[row_base + 8 * h] = sum;
       s_max[row_base + 8 * h] = m[h];
