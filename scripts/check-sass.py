@@ -32,7 +32,7 @@ KERNEL_SETS = {
     'mla': re.compile(r'attnkit3mla13(attend|narrow)_kernel'),
 }
 # The KV tile of an instantiation: 64 tokens at head dim 256, else 128 (hopper/kernels/config.cuh).
-# (KernelConfig<T, head dim, gather>: Li<dim>E, then Lb0E or Lb1E.)
+# (KernelConfig<T, head dim, KvLoad>: Li<dim>E, then the load mode LNS0_6KvLoadE<n>E.)
 HEAD_DIM = re.compile(r'KernelConfigI\w+?Li(\d+)E')
 WAIT_S = 'WARPGROUP.DEPBAR.LE gsb0, 0x1'
 WAIT_PV = 'WARPGROUP.DEPBAR.LE gsb0, 0x0'
