@@ -175,6 +175,10 @@ SHAPES: List[Shape] = [
     Shape("prefill causal 1x8192 page 1", "prefill", [(0, 8192)], causal=True, page_size=1),
     Shape("chunked prefill 2048 on 30720 page 1", "prefill", [(30720, 2048)], causal=True, page_size=1),
     Shape("prefill causal 1x8192 e4m3 cache", "prefill", [(0, 8192)], causal=True, kv_dtype="e4m3"),
+    # The fp8 target's shape (bf16 beside it: "prefill full 1x8192 page 64"); `hopper` multiplies it on
+    # e4m3 tensor cores with --hopper-fp8-products (scripts/device-ab.sh AB_BENCH_ARGS_B).
+    Shape("prefill full 1x8192 page 64 e4m3 cache", "prefill", [(0, 8192)], causal=False, page_size=64,
+          kv_dtype="e4m3"),
     Shape("prefill full 1x8192 d64", "prefill", [(0, 8192)], causal=False, head_dim=64),
     Shape("prefill full 1x8192 d256", "prefill", [(0, 8192)], causal=False, head_dim=256),
     # 16 prompts drawn from the Azure LLM 2023 conversation trace's ContextTokens
