@@ -35,9 +35,11 @@ done
 IFS=';' read -r -a shapes <<<"$shapes_arg"
 
 cublas_dirs=$(scripts/cuda-lib-dirs.sh)
+# A folder holding only the library finds the rest (Highway, Google Benchmark) in dist/lib.
+lib_path() { echo "$root/$1/lib:$root/dist/lib${cublas_dirs:+:$cublas_dirs}"; }
 
 for t in ${AB_TESTS:-}; do
-  if LD_LIBRARY_PATH="$root/$dist_b/lib${cublas_dirs:+:$cublas_dirs}" "$dist_a/tests/$t" --gtest_color=no \
+  if LD_LIBRARY_PATH="$(lib_path "$dist_b")" "$dist_a/tests/$t" --gtest_color=no \
       >"$out/ab-tests.$t.log" 2>&1; then
     echo "device-ab: $t with $dist_b's library: $(grep -E '^\[  PASSED' "$out/ab-tests.$t.log")"
   else
@@ -50,10 +52,10 @@ for ((r = 0; r < rounds; ++r)); do
     dist=$dist_a side_env=${AB_ENV_A:-} side_args=${AB_BENCH_ARGS_A:-}
     [[ $side == b ]] && dist=$dist_b side_env=${AB_ENV_B:-} side_args=${AB_BENCH_ARGS_B:-}
     # The build's own library first: LD_LIBRARY_PATH outranks the binaries' RUNPATH.
-    env $side_env LD_LIBRARY_PATH="$root/$dist/lib${cublas_dirs:+:$cublas_dirs}" \
+    env $side_env LD_LIBRARY_PATH="$(lib_path "$dist")" \
       python3 bench/run_attnkit.py --tool "$dist/attnkit" --json "$out/ab-$side-$r.json" \
       --backends "$backend" --shapes "${shapes[@]}" --max-seconds "${BENCH_MAX_SECONDS:-5}" \
-      --bench-args "$side_args" >/dev/null ||
+      --bench-args="$side_args" >/dev/null ||
       echo "device-ab: $dist round $r FAILED"
   done
 done
