@@ -9,9 +9,11 @@
 #define ATTNKIT_CUDA_CHECK(expr)                                                             \
   do {                                                                                       \
     cudaError_t attnkit_err_ = (expr);                                                       \
-    if (attnkit_err_ != cudaSuccess)                                                         \
+    if (attnkit_err_ != cudaSuccess) {                                                       \
+      (void)cudaGetLastError(); /* else the next launch's check reports this error as its own */ \
       throw ::attnkit::Error(::attnkit::detail::concat("CUDA error in ", #expr, ": ",        \
                                                        cudaGetErrorString(attnkit_err_)));   \
+    }                                                                                        \
   } while (0)
 
 // After a launch: `what` names the kernel and the shape.
