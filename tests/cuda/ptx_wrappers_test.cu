@@ -19,43 +19,10 @@
 #include "cuda/tensor_map.h"
 #include "cuda/tma.cuh"
 #include "cuda/wgmma_ops.cuh"
-#include "gpu_test.h"
+#include "cuda/ptx_test_support.h"
 
 namespace attnkit {
 namespace {
-
-#define CUDA_OK(call)                                                       \
-  do {                                                                      \
-    const cudaError_t attnkit_err = (call);                                 \
-    ASSERT_EQ(attnkit_err, cudaSuccess) << #call << ": " << cudaGetErrorString(attnkit_err); \
-  } while (0)
-
-// The wrappers compile to no-ops without sm_90a code, and run only on Hopper.
-#define SKIP_WITHOUT_HOPPER()                                                        \
-  do {                                                                               \
-    ATTNKIT_SKIP_WITHOUT_GPU();                                                      \
-    if (!ATTNKIT_TESTS_SM90A) GTEST_SKIP() << "this build has no sm_90a code";       \
-    const std::string why = cuda::why_not_hopper();                                  \
-    if (!why.empty()) GTEST_SKIP() << why;                                           \
-  } while (0)
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t size = 0;
-  explicit DeviceArray(size_t n) : size(n) { cudaMalloc(&ptr, n * sizeof(T)); }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    cudaMemcpy(ptr, host.data(), size * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(ptr); }
-  std::vector<T> to_host() const {
-    std::vector<T> host(size);
-    cudaMemcpy(host.data(), ptr, size * sizeof(T), cudaMemcpyDeviceToHost);
-    return host;
-  }
-};
 
 // Where element (row, col) of a tile of 128-byte rows (64 two-byte values) lies in shared memory
 // under the 128-byte swizzle: 16-byte piece col / 8 of row `row` at piece (col / 8) ^ (row % 8);
@@ -185,12 +152,7 @@ TEST(PtxTma, PoolBoxTakesOneHeadOfConsecutiveSlots) {
 // ---------------------------------------------------------------------------------------------
 // wgmma: one warpgroup computes S = Q K^T (both K-major in shared memory, qk_ss) and then
 // O = P V (P from registers in the layout of S's accumulator, V MN-major, pv_rs), as the extend
-// kernels do; the accumulators are written out in their documented layout: element i of a
-// thread's m64nN accumulator is row 16 warp + lane / 4 + 8 ((i / 2) % 2), column
-// 8 (i / 4) + 2 (lane % 4) + i % 2.
-
-__host__ __device__ inline int acc_row(int lane, int warp, int i) { return 16 * warp + lane / 4 + 8 * ((i / 2) % 2); }
-__host__ __device__ inline int acc_col(int lane, int i) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
+// kernels do; the accumulators are written out in their documented layout (acc_row, acc_col).
 
 template <int kN, int kD>
 struct WgmmaLayout {
