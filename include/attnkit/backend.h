@@ -59,8 +59,8 @@ std::string why_unsupported(const Capabilities& caps, const AttentionSpec& spec,
 
 // Switches between a backend's own code paths, for comparing them on one machine; the defaults are
 // what each backend runs best with, and a backend ignores the switches that are not its own.
-// `attnkit bench` and `attnkit check` set them with --decode-join, --cpu-bf16-dot and --hopper-kv-load,
-// `attnkit bench` also with --decode-timeline.
+// `attnkit bench` and `attnkit check` set them with --decode-join, --cpu-bf16-dot, --hopper-kv-load and
+// --hopper-fp8-products, `attnkit bench` also with --decode-timeline.
 struct BackendOptions {
   // planned: how a decode request split across many CTAs is joined.
   enum class DecodeJoin {
@@ -78,6 +78,10 @@ struct BackendOptions {
     gather,        // rows gathered with cp.async by the producer warpgroup, whatever the page size
   };
   HopperKvLoad hopper_kv_load = HopperKvLoad::by_page_size;
+  // hopper: an e4m3 cache multiplied on e4m3 tensor cores, q quantised to e4m3 a row at a time and P
+  // rounded to e4m3 (head dim 128, pages of 8 slots or more); false dequantises the cache to q's type
+  // as tiles load and multiplies in that type. Faster, less exact: docs/benchmarks.md states both.
+  bool hopper_fp8_products = false;
   // planned, diagnostics: device memory of [kDecodeTimelineCtas, kDecodeTimelineSlots] u64 that
   // every decode launch fills, row c with CTA c's SM id and %globaltimer stamps (entry, first tile
   // landed, last tile consumed, exit, the start and end of its last split's fence-count-join, the

@@ -31,8 +31,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 TensorMap make_tensor_map(const char* what, DType dtype, const void* base, std::initializer_list<int64_t> dims,
                           std::initializer_list<int64_t> strides_bytes, std::initializer_list<int> box) {
   static_assert(sizeof(CUtensorMap) == sizeof(TensorMap), "TensorMap holds a CUtensorMap");
-  ATTNKIT_CHECK(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32, what,
-                ": tensor maps are made for bf16, f16 or f32, got ", dtype_name(dtype));
+  ATTNKIT_CHECK(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32 || dtype == DType::e4m3, what,
+                ": tensor maps are made for bf16, f16, f32 or e4m3, got ", dtype_name(dtype));
   const bool raw = dtype == DType::f32;
   const int rank = static_cast<int>(dims.size());
   ATTNKIT_CHECK(rank >= 2 && rank <= 5 && static_cast<int>(strides_bytes.size()) == rank - 1 &&
@@ -50,8 +50,10 @@ TensorMap make_tensor_map(const char* what, DType dtype, const void* base, std::
     b[i++] = static_cast<cuuint32_t>(v);
   }
   CUtensorMap map;
+  // e4m3 travels as raw bytes (the TMA does not convert).
   const CUtensorMapDataType type = raw                    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                    : dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult r = encode_tiled()(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, s, b, e,
                                     CU_TENSOR_MAP_INTERLEAVE_NONE, raw ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,

@@ -71,8 +71,14 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return r;
 }
 
+// Four floats to four e4m3 bytes, b0 in the low byte.
 __device__ __forceinline__ uint32_t e4m3x4(float b0, float b1, float b2, float b3) {
-  return e4m3x2(b0, b1) | (e4m3x2(b2, b3) << 16);
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\ncvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(b0), "f"(b1), "f"(b2), "f"(b3));
+  return r;
 }
 
 // S's accumulator [64 x 128] (m64n128: element nb * 4 + e is row r + 8 (e / 2), column 8 nb +
@@ -94,17 +100,21 @@ __host__ __device__ constexpr uint32_t swizzled_byte(int r, int b) {
 }
 
 // V [128 tokens x 128 e4m3] at s_v (swizzled rows) into V^T at s_vt (a row a head-dim column, position
-// p holding token vt_token(p), swizzled), by `threads` threads from `tid`. A unit is 4 positions x 4
-// columns: four 32-bit reads (a token's 4 columns each), a 4 x 4 byte transpose, four 32-bit writes.
-// The lanes of a warp take consecutive positions, so the writes meet no bank conflict.
-__device__ __forceinline__ void transpose_v_e4m3(const unsigned char* s_v, unsigned char* s_vt, int tid, int threads) {
+// p holding token vt_token(p), swizzled), by `threads` threads from `tid`; tokens from `valid` on are
+// written as zeros (stale bytes may be NaN codes, and 0 x NaN is NaN even where P is 0). A unit is 4
+// positions x 4 columns: four 32-bit reads (a token's 4 columns each), a 4 x 4 byte transpose, four
+// 32-bit writes. The lanes of a warp take consecutive positions, so the writes meet no bank conflict.
+__device__ __forceinline__ void transpose_v_e4m3(const unsigned char* s_v, unsigned char* s_vt, int tid, int threads,
+                                                 int valid) {
   for (int u = tid; u < 32 * 32; u += threads) {
     const int pb = u % 32;  // positions 4 pb .. 4 pb + 3
     const int e = u / 32;   // columns 4 e .. 4 e + 3
     uint32_t r[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      r[i] = *reinterpret_cast<const uint32_t*>(s_v + swizzled_byte(vt_token(4 * pb + i), 4 * e));
+    for (int i = 0; i < 4; ++i) {
+      const int token = vt_token(4 * pb + i);
+      r[i] = token < valid ? *reinterpret_cast<const uint32_t*>(s_v + swizzled_byte(token, 4 * e)) : 0u;
+    }
     const uint32_t lo01 = __byte_perm(r[0], r[1], 0x5140), hi01 = __byte_perm(r[0], r[1], 0x7362);
     const uint32_t lo23 = __byte_perm(r[2], r[3], 0x5140), hi23 = __byte_perm(r[2], r[3], 0x7362);
     const uint32_t cols[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),

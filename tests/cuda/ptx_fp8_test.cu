@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(128, 1)
     smem[kV + wg::swizzled_byte(i / 128, i % 128)] = v[i];
   }
   __syncthreads();
-  wg::transpose_v_e4m3(smem + kV, smem + kVt, tid, 128);
+  wg::transpose_v_e4m3(smem + kV, smem + kVt, tid, 128, 128);
   wg::fence_proxy_async();
   __syncthreads();
   for (int i = tid; i < 128 * 128; i += 128) vt_out[i] = smem[kVt + wg::swizzled_byte(i / 128, i % 128)];

@@ -33,7 +33,7 @@ void add_latent_option(CLI::App& cmd, LatentFormat* format);
 // --cpu-target NAME: the `cpu` kernels' SIMD target (attnkit/cpu_target.h), set as it is parsed.
 void add_cpu_target_option(CLI::App& cmd);
 // The switches between a backend's own code paths (attnkit/backend.h, BackendOptions), into
-// *options as they are parsed: --decode-join, --cpu-bf16-dot, --hopper-kv-load.
+// *options as they are parsed: --decode-join, --cpu-bf16-dot, --hopper-kv-load, --hopper-fp8-products.
 void add_backend_options(CLI::App& cmd, BackendOptions* options);
 
 // Changes to a preset a subcommand offers: --heads N (every layer with N query heads, e.g.

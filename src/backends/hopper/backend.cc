@@ -27,9 +27,12 @@ int prefill_rows(const BackendContext& context) {
 
 HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(context, prefill_rows(context)) {
   const KvCacheConfig& c = cache().config();
-  // An e4m3 cache is read row by row (no maps); a 16-bit one the kernel serves gets its pools' maps.
-  const hopper::KernelKey key{c.head_dim_k, c.dtype, c.dtype};
-  if (c.dtype == DType::e4m3 ||
+  // An e4m3 cache dequantised as it loads is read row by row (no maps); multiplied on e4m3 tensor
+  // cores it comes as TMA boxes of its raw bytes; a 16-bit one the kernel serves gets its pools' maps.
+  const bool e4m3_boxes = c.dtype == DType::e4m3 && options().hopper_fp8_products && c.head_dim_k == 128 &&
+                          c.page_size >= hopper::Support::min_tma_page_size;
+  const hopper::KernelKey key{c.head_dim_k, c.dtype == DType::e4m3 ? DType::bf16 : c.dtype, c.dtype};
+  if ((c.dtype == DType::e4m3 && !e4m3_boxes) ||
       !hopper::why_unsupported(key, c.page_size, model().layer(0).num_qo_heads / c.num_kv_heads).empty())
     return;
   for (int l = 0; l < c.num_layers; ++l) {
@@ -46,6 +49,7 @@ hopper::ExtendParams HopperBackend::extend_params(const planned::PrefillParams& 
   e.tile_rows = plan_shape().prefill_rows;
   e.num_tokens = batch().num_tokens();
   e.gather_kv = options().hopper_kv_load == BackendOptions::HopperKvLoad::gather;
+  e.fp8_products = options().hopper_fp8_products;
   return e;
 }
 
@@ -54,8 +58,8 @@ void HopperBackend::check_extend(const planned::PrefillParams& p) const { hopper
 void HopperBackend::launch_extend(int layer, const planned::PrefillParams& p, cudaStream_t stream) {
   const hopper::ExtendParams e = extend_params(p);
   // check_extend refused every call before the cache store where the maps were not made, but for an
-  // e4m3 cache, which the kernel reads without them.
-  if (cache().config().dtype == DType::e4m3) {
+  // e4m3 cache dequantised as it loads, which the kernel reads without them.
+  if (cache().config().dtype == DType::e4m3 && !e.fp8_products) {
     hopper::launch_extend(e, {hopper::make_q_map(e), {}, {}}, stream);
     return;
   }

@@ -3,6 +3,7 @@
 // checked (harness::run_check); and its support checks, which need no GPU.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,36 @@ TEST(HopperExtendGathered, MatchesReferenceOnPagesBoxesCouldTake) {
   }
 }
 
+// An e4m3 cache multiplied on e4m3 tensor cores (`--hopper-fp8-products`): q is rounded to e4m3 a row
+// at a time (scaled so its largest |value| is e4m3's largest) and P to e4m3 (times 256), each a
+// relative error of at most e4m3's unit roundoff u = 2^-4 an element, on top of the cache both sides
+// read the same. By the rule of default_tolerance (4u of the dtype that rounds), 4 x 2^-4.
+TEST(HopperExtendFp8, MatchesReferenceWithinE4m3Rounding) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  BackendOptions options;
+  options.hopper_fp8_products = true;
+  std::vector<harness::CheckCase> fp8_cases = {
+      make_case("fp8 gqa4 page16 ragged", 8, 2, 128, 16, {{0, 300}, {0, 2}, {517, 129}, {64, 64}, {0, 1000}}),
+      make_case("fp8 llama3-8b heads page64 chunked", 32, 8, 128, 64, {{1500, 700}, {0, 45}, {129, 1}}),
+      make_case("fp8 mha page8 full", 4, 4, 128, 8, {{33, 200}, {0, 17}}),
+      make_case("fp8 soft-cap window page32", 8, 2, 128, 32, {{0, 700}, {300, 64}})};
+  fp8_cases[2].spec.causal = false;
+  fp8_cases[3].spec.logits_soft_cap = 30.0f;
+  fp8_cases[3].spec.window_left = 100;
+  for (harness::CheckCase& c : fp8_cases) {
+    c.kv_dtype = DType::e4m3;
+    c.k_scale = 0.5f;
+    c.v_scale = 0.25f;
+    c.tolerance = 4.0 * 0x1p-4;
+    const harness::CheckResult r = harness::run_check("hopper", c, options);
+    if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
+    EXPECT_TRUE(r.passed) << harness::describe(c) << ": rel error " << r.rel_err << " > " << r.tolerance << "; "
+                          << r.message;
+    std::cout << "[ fp8     ] " << c.label << ": rel error " << r.rel_err << ", lse max abs error "
+              << r.lse_max_abs_err << "\n";
+  }
+}
+
 TEST(HopperSupport, NamesTheFieldAndTheValue) {
   using hopper::KernelKey;
   EXPECT_EQ(hopper::why_unsupported(KernelKey{128, DType::bf16, DType::bf16}, 64, 4), "");
@@ -213,6 +244,17 @@ TEST(HopperExtendParams, RefusesWhatTheKernelLacks) {
   EXPECT_EQ(message(), "accepted");
   p.page_size = 12;
   EXPECT_EQ(message(), "hopper extend: page_size must be 1, 2, 4, 8, 16, 32, 64, 128 or 256, got 12");
+  p.page_size = 16;
+  p.fp8_products = true;  // on e4m3 tensor cores: an e4m3 cache, d128, TMA boxes
+  EXPECT_EQ(message(), "hopper extend: fp8 products need an e4m3 cache, got bf16");
+  p.kv_dtype = DType::e4m3;
+  EXPECT_EQ(message(), "accepted");
+  p.page_size = 4;
+  EXPECT_EQ(message(), "hopper extend: fp8 products need pages of 8 slots or more, got 4");
+  p.page_size = 16;
+  p.head_dim_qk = p.head_dim_vo = 64;
+  p.tile_rows = 128;
+  EXPECT_EQ(message(), "hopper extend: fp8 products need head_dim 128, got 64");
 }
 
 }  // namespace

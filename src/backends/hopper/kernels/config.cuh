@@ -13,6 +13,8 @@ enum class KvLoad {
   tma_boxes,    // TMA boxes of whole page pieces: pages of 8 slots or more
   gather,       // rows copied with cp.async by the producer warpgroup: any page size
   gather_e4m3,  // rows of an e4m3 cache loaded by the producer warpgroup, dequantised to T, stored
+  tma_fp8,      // an e4m3 cache's raw bytes as TMA boxes, the products on e4m3 (d128): q quantised a
+                // row at a time by the consumers, V transposed to V^T by producer warps 1-3
 };
 
 template <typename T_, int kHeadDim_, KvLoad kKvLoad_ = KvLoad::tma_boxes>
@@ -20,8 +22,10 @@ struct KernelConfig {
   using T = T_;  // q, k, v (as the products read them) and out: bf16 or f16
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr KvLoad kKvLoad = kKvLoad_;
-  static constexpr bool kGather = kKvLoad != KvLoad::tma_boxes;  // row by row, by all 128 producer threads
+  static constexpr bool kFp8 = kKvLoad == KvLoad::tma_fp8;
+  static constexpr bool kGather = kKvLoad == KvLoad::gather || kKvLoad == KvLoad::gather_e4m3;  // by 128 producer threads
   static constexpr bool kE4m3Kv = kKvLoad == KvLoad::gather_e4m3;
+  static_assert(!kFp8 || kHeadDim_ == 128, "fp8 products at head dim 128 only");
   static constexpr int kConsumers = 2;             // warpgroups of 64 rows: one wgmma M each
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;  // packed rows a tile (at most; see tile_rows)
@@ -33,16 +37,23 @@ struct KernelConfig {
   //   d64:  16 KB + 4 x 32 KB = 144 KB;  d128: 32 KB + 3 x 64 KB = 224 KB;
   //   d256: 64 KB + 2 x 64 KB = 192 KB;  (227 KB is the most a CTA may have; one CTA an SM).
   static constexpr int kStages = kHeadDim == 64 ? 4 : kHeadDim == 128 ? 3 : 2;
-  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte (64-element) swizzled column blocks
+  static constexpr int kColBlocks = kHeadDim / 64;  // Q's 128-byte (64-element) swizzled column blocks
+  static constexpr int kKvColBlocks = kFp8 ? 1 : kColBlocks;  // a K/V row's: an e4m3 row is 128 bytes
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kTileBytes = kBlockN * kHeadDim * 2;  // one K or one V stage
-  static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kTileBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + 256;  // the barriers: 16 + 32 kStages bytes
+  static constexpr int kTileBytes = kBlockN * kHeadDim * (kFp8 ? 1 : 2);  // one K or one V stage
+  // fp8: Q in e4m3 (128 rows of 128 bytes) and each row's descale beside the 16-bit Q the TMA lands,
+  // and a third buffer a stage, V^T. d128: 32 KB + 16 KB + 512 B + 3 x 48 KB = 192.5 KB.
+  static constexpr int kQ8Offset = kQBytes + (kFp8 ? 3 : 2) * kStages * kTileBytes;
+  static constexpr int kQScaleOffset = kQ8Offset + (kFp8 ? kBlockM * 128 : 0);
+  static constexpr int kBarrierOffset = kQScaleOffset + (kFp8 ? kBlockM * 4 : 0);
+  static constexpr int kSmemBytes = kBarrierOffset + 256;  // the barriers: 16 + (32 or 40) kStages bytes
   // setmaxnreg: the producer gives registers to the consumers, 40 + 2 x 232 = 504 per row of
   // three threads, 504 x 128 = 64512 of the SM's 65536. A gathering producer (cp.async, or e4m3
   // loaded and dequantised) keeps two rows' addresses, or four rows' 16 bytes, in flight: 72 +
   // 2 x 216, except at d256, whose 64 x 256 O accumulator needs 224 a consumer: 56 + 2 x 224.
-  static constexpr int kConsumerRegs = !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
+  // fp8: producer warps 1-3 transpose V a 4 x 4 block of bytes at a time: 56 + 2 x 224.
+  static constexpr int kConsumerRegs = kFp8 ? 224 : !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
+  static constexpr int kTransposeThreads = 96;  // fp8: producer warps 1-3, each arriving on V^T full
   static constexpr int kProducerRegs = 504 - 2 * kConsumerRegs;
   // Arrivals that complete a K or V stage: the TMA path's one expect-tx arrival (then the bytes),
   // or each of the producer warpgroup's 128 threads once its own rows have landed.
@@ -59,9 +70,11 @@ constexpr int kTurnBarrier = 1;      // + consumer index; 256 threads: one waits
 constexpr int kConsumerBarrier = 3;  // + consumer index; 128 threads
 
 // The barriers in shared memory, from kBarrierOffset: Q full / empty, then per stage K full,
-// K empty, V full, V empty.
+// K empty, V full, V empty; with fp8 products then V^T full per stage (at vt_base).
 struct Barriers {
   uint32_t base;
+  uint32_t vt_base;
+  __device__ __forceinline__ uint32_t vt_full(int s) const { return vt_base + 8 * s; }
   __device__ __forceinline__ uint32_t q_full() const { return base; }
   __device__ __forceinline__ uint32_t q_empty() const { return base + 8; }
   __device__ __forceinline__ uint32_t k_full(int s) const { return base + 16 + 32 * s; }

@@ -22,7 +22,8 @@ __device__ __forceinline__ void write_out(const ExtendParams& p, const Tile& t, 
     const int64_t row = int64_t{t.qo_start + packed / t.group} * p.num_qo_heads + head;
     float total = l;
     if (p.sinks != nullptr && m != -INFINITY) total += exp2f(p.sinks[head] * kLog2e - m);
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // a fully masked row: zeros, never 0/0
+    // A fully masked row: zeros, never 0/0. fp8 products: O also carries P's factor and V's scale.
+    const float inv = total > 0.0f ? (C::kFp8 ? p.v_scale / kPFactor : 1.0f) / total : 0.0f;
     T* g_o = static_cast<T*>(p.out) + row * kD + 2 * (c.lane % 4);
 #pragma unroll
     for (int nb = 0; nb < kD / 8; ++nb)

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <type_traits>
 #include <utility>
 
@@ -31,6 +32,12 @@ void with_config(int head_dim, DType dtype, KvLoad load, Fn&& fn) {
         case KvLoad::tma_boxes: fn(KernelConfig<T, kDim, KvLoad::tma_boxes>{}); return;
         case KvLoad::gather: fn(KernelConfig<T, kDim, KvLoad::gather>{}); return;
         case KvLoad::gather_e4m3: fn(KernelConfig<T, kDim, KvLoad::gather_e4m3>{}); return;
+        case KvLoad::tma_fp8:
+          if constexpr (kDim == 128) {
+            fn(KernelConfig<T, kDim, KvLoad::tma_fp8>{});
+            return;
+          }
+          throw Error(detail::concat("hopper extend: fp8 products need head_dim 128, got ", kDim));
       }
     };
     switch (head_dim) {
@@ -52,7 +59,7 @@ void with_config(int head_dim, DType dtype, KvLoad load, Fn&& fn) {
 // An e4m3 cache is dequantised row by row; 16-bit pages under Support::min_tma_page_size slots (or
 // any, when asked) are gathered; larger ones come as TMA boxes.
 KvLoad kv_load(const ExtendParams& p) {
-  if (p.kv_dtype == DType::e4m3) return KvLoad::gather_e4m3;
+  if (p.kv_dtype == DType::e4m3) return p.fp8_products ? KvLoad::tma_fp8 : KvLoad::gather_e4m3;
   return p.gather_kv || p.page_size < Support::min_tma_page_size ? KvLoad::gather : KvLoad::tma_boxes;
 }
 
@@ -78,11 +85,12 @@ int extend_block_m(int head_dim) {
 
 cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,
                               int page_size) {
-  int block_n = 0;
-  with_config(head_dim, dtype, KvLoad::tma_boxes, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
-  const int64_t row = int64_t{head_dim} * 2;
+  int block_n = 0;  // the same for the 16-bit and the fp8 kernels of a head dim
+  with_config(head_dim, DType::bf16, KvLoad::tma_boxes, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
+  const int64_t row = int64_t{head_dim} * static_cast<int64_t>(dtype_size(dtype));
+  const int box_width = static_cast<int>(128 / dtype_size(dtype));  // 128 bytes
   return cuda::make_tensor_map("hopper kv pool", dtype, pool, {head_dim, num_kv_heads, num_slots},
-                               {row, row * num_kv_heads}, {64, 1, page_size < block_n ? page_size : block_n});
+                               {row, row * num_kv_heads}, {box_width, 1, page_size < block_n ? page_size : block_n});
 }
 
 cuda::TensorMap make_q_map(const ExtendParams& p) {
@@ -99,7 +107,14 @@ void check_extend_params(const ExtendParams& p) {
   const std::string why = why_unsupported(key, p.page_size, p.num_qo_heads / std::max(1, p.num_kv_heads));
   if (!why.empty()) fail(why);
   if (p.custom_mask != nullptr) fail("custom masks are not served (planned serves them)");
-  if (p.kv_dtype == DType::e4m3) {
+  if (p.fp8_products) {
+    if (p.kv_dtype != DType::e4m3) fail("fp8 products need an e4m3 cache, got ", dtype_name(p.kv_dtype));
+    if (p.head_dim_qk != 128) fail("fp8 products need head_dim 128, got ", p.head_dim_qk);
+    if (p.page_size < Support::min_tma_page_size)
+      fail("fp8 products need pages of ", Support::min_tma_page_size, " slots or more, got ", p.page_size);
+    if (!(p.k_scale > 0.0f && p.v_scale > 0.0f && std::isfinite(p.k_scale) && std::isfinite(p.v_scale)))
+      fail("fp8 products need finite positive k_scale and v_scale, got ", p.k_scale, " and ", p.v_scale);
+  } else if (p.kv_dtype == DType::e4m3) {
     // The dequantising multiply's factor, scale x 2^120 in bf16 or x 2^8 in f16, must be a finite
     // normal number of q's type: below 255 in both, and at least 2^-22 in f16.
     const bool f16 = p.q_dtype == DType::f16;

@@ -17,12 +17,15 @@ struct ExtendParams : planned::PrefillParams {
   // K/V rows gathered with cp.async even where pages allow TMA boxes (pages under
   // Support::min_tma_page_size slots are gathered whatever this says).
   bool gather_kv = false;
+  // An e4m3 cache multiplied on e4m3 tensor cores (q quantised a row at a time; d128, pages of
+  // Support::min_tma_page_size slots or more) instead of dequantised to q's type as it loads.
+  bool fp8_products = false;
 };
 
 // Q [num_tokens, num_qo_heads, D] as 4-D (D, group, kv_heads, tokens): one box is the tile's
 // tokens x group rows of one KV head. K and V pools [num_slots, kv_heads, D] as 3-D: one box is
-// min(page_size, kBlockN) slots of one page and head. Boxes are 64 elements (128 bytes) wide,
-// 128-byte swizzled: the layout wgmma reads.
+// min(page_size, kBlockN) slots of one page and head. Boxes are 128 bytes wide (64 16-bit elements,
+// or 128 e4m3 bytes), 128-byte swizzled: the layout wgmma reads.
 struct ExtendMaps {
   cuda::TensorMap q, k, v;
 };

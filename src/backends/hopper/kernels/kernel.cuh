@@ -19,8 +19,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   namespace tma = ::attnkit::cuda::tma;
   extern __shared__ __align__(1024) unsigned char smem[];  // 1024: the 128-byte swizzle's atoms
   const uint32_t base = tma::smem_addr(smem);
-  const SmemAddrs sm{base, base + C::kQBytes, base + C::kQBytes + C::kStages * C::kTileBytes,
-                     Barriers{base + C::kBarrierOffset}};
+  const SmemAddrs sm{base,
+                     base + C::kQBytes,
+                     base + C::kQBytes + C::kStages * C::kTileBytes,
+                     base + C::kQBytes + 2 * C::kStages * C::kTileBytes,
+                     base + C::kQ8Offset,
+                     base + C::kQScaleOffset,
+                     Barriers{base + C::kBarrierOffset, base + C::kBarrierOffset + 16 + 32 * C::kStages}};
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     tma::mbar_init(sm.bars.q_full(), 1);
@@ -30,13 +35,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       tma::mbar_init(sm.bars.k_empty(s), 4 * C::kConsumers);
       tma::mbar_init(sm.bars.v_full(s), C::kFullArrivals);
       tma::mbar_init(sm.bars.v_empty(s), 4 * C::kConsumers);
+      if constexpr (C::kFp8) tma::mbar_init(sm.bars.vt_full(s), C::kTransposeThreads);
     }
   }
   __syncthreads();
 
   if (warpgroup == 0) {
     lower_registers<C::kProducerRegs>();
-    if (C::kGather || threadIdx.x < 32) produce<C>(maps, p, sm, static_cast<int>(threadIdx.x));
+    if (C::kGather || threadIdx.x < 32) {
+      produce<C>(maps, p, sm, static_cast<int>(threadIdx.x));
+    } else if constexpr (C::kFp8) {
+      transpose_v_tiles<C>(p, sm, static_cast<int>(threadIdx.x) - 32);
+    }
     return;
   }
   raise_registers<C::kConsumerRegs>();
@@ -53,6 +63,12 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     Softmax<C> sx(p, t, c.first_row());
     tma::mbar_wait(sm.bars.q_full(), tiles_done & 1);
     ++tiles_done;
+    if constexpr (C::kFp8) {  // the 16-bit Q is free once quantised
+      quantise_q<C>(sm, c.index, c.warp * 32 + c.lane);
+      c.release(sm.bars.q_empty());
+      const float* q_scale = reinterpret_cast<const float*>(generic_smem(sm.q_scale));
+      sx.set_row_scales(q_scale[c.first_row()] * p.k_scale, q_scale[c.first_row() + 8] * p.k_scale);
+    }
     c.run(p, sm, t, sx, kv_done);
     write_out<C>(p, t, c, sx);
   }

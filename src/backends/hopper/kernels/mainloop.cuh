@@ -5,7 +5,7 @@
 // pack P_j. S and O stay in registers; P goes from registers straight into the next product.
 #pragma once
 
-#include "backends/hopper/kernels/producer.cuh"
+#include "backends/hopper/kernels/fp8.cuh"
 #include "backends/hopper/kernels/softmax.cuh"
 #include "cuda/wgmma_ops.cuh"
 
@@ -27,16 +27,24 @@ struct Consumer {
   int lane, warp;  // warp within the warpgroup
   float o[kD / 2];  // O [64 x D]: the m64nD accumulator
   float s[kN / 2];  // S [64 x N], then P in f32
-  uint32_t pa[kN / 16][4];  // P as the A operand, one k16 step of tokens each
+  uint32_t pa[C::kFp8 ? kN / 32 : kN / 16][4];  // P as the A operand, one k16 (fp8: k32) step of tokens each
 
   __device__ __forceinline__ int first_row() const { return index * 64 + warp * 16 + lane / 4; }
 
   __device__ __forceinline__ void issue_qk(const SmemAddrs& sm, int stage) {
-    ::attnkit::cuda::wgmma::qk_ss<T, kN, kD>(s, sm.q + index * 64 * 128, C::kBlockM * 128, sm.k + stage * C::kTileBytes);
+    if constexpr (C::kFp8) {
+      ::attnkit::cuda::wgmma::qk_ss_e4m3(s, sm.q8 + index * 64 * 128, sm.k + stage * C::kTileBytes);
+    } else {
+      ::attnkit::cuda::wgmma::qk_ss<T, kN, kD>(s, sm.q + index * 64 * 128, C::kBlockM * 128, sm.k + stage * C::kTileBytes);
+    }
   }
 
   __device__ __forceinline__ void issue_pv(const SmemAddrs& sm, int stage) {
-    ::attnkit::cuda::wgmma::pv_rs<T, kN, kD>(o, pa, sm.v + stage * C::kTileBytes);
+    if constexpr (C::kFp8) {
+      ::attnkit::cuda::wgmma::pv_rs_e4m3(o, pa, sm.vt + stage * C::kTileBytes);
+    } else {
+      ::attnkit::cuda::wgmma::pv_rs<T, kN, kD>(o, pa, sm.v + stage * C::kTileBytes);
+    }
     ::attnkit::cuda::wgmma::fence_regs(pa);  // P stays live until the product is waited for
   }
 
@@ -46,7 +54,8 @@ struct Consumer {
   // at once, before the box count's divisions, which would sit in the turn at the tensor cores.
   __device__ __forceinline__ void zero_v_tail(const ExtendParams& p, const SmemAddrs& sm, int stage, const Tile& t,
                                               int n0) {
-    if (C::kGather || n0 + kN <= t.kv_hi) return;  // the gather zero-fills rows past kv_hi itself
+    // The gather zero-fills rows past kv_hi itself, the fp8 path's V^T transpose too.
+    if (C::kGather || C::kFp8 || n0 + kN <= t.kv_hi) return;
     const int valid = min(filled_rows(p, t, n0), t.kv_len - n0);
     if (valid >= kN) return;
     const int tid = warp * 32 + lane;
@@ -68,6 +77,10 @@ struct Consumer {
     ::attnkit::cuda::tma::mbar_wait(full, parity);
     if constexpr (C::kGather) ::attnkit::cuda::wgmma::fence_proxy_async();
   }
+  // V's stage as the PV product reads it: with fp8 products, V^T once transposed.
+  __device__ __forceinline__ static void wait_v(const SmemAddrs& sm, const RingSlot<C::kStages>& slot) {
+    wait_landed(C::kFp8 ? sm.bars.vt_full(slot.stage) : sm.bars.v_full(slot.stage), slot.parity);
+  }
 
   __device__ __forceinline__ static int filled_rows(const ExtendParams& p, const Tile& t, int n0) {
     const KvBoxes<C> boxes(p, t, n0);
@@ -75,12 +88,16 @@ struct Consumer {
   }
 
   __device__ __forceinline__ void pack_p() {
+    if constexpr (C::kFp8) {
+      ::attnkit::cuda::wgmma::pack_p_e4m3(s, kPFactor, pa);
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = ::attnkit::cuda::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = ::attnkit::cuda::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = ::attnkit::cuda::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = ::attnkit::cuda::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        pa[kk][0] = ::attnkit::cuda::pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = ::attnkit::cuda::pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = ::attnkit::cuda::pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = ::attnkit::cuda::pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      }
     }
   }
 
@@ -103,7 +120,7 @@ struct Consumer {
     named_sync(kTurnBarrier + index, 256);
     issue_qk(sm, stage);
     if (prev != nullptr) {
-      wait_landed(sm.bars.v_full(prev->stage), prev->parity);
+      wait_v(sm, *prev);
       zero_v_tail(p, sm, prev->stage, t, prev_n0);
       issue_pv(sm, prev->stage);
     }
@@ -141,7 +158,7 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
     if (t.num_kv_tiles == 0) {
-      release(sm.bars.q_empty());
+      if constexpr (!C::kFp8) release(sm.bars.q_empty());  // fp8: released once quantised
       return;
     }
     float corr[2];
@@ -165,7 +182,9 @@ struct Consumer {
       // At d256 the 64 x 256 O accumulator of the PV product in flight and S leave too few
       // registers to hold the softmax there: pinned, it spills (54 local-memory instructions, 3
       // in this loop, against 4 in the prologue unpinned), so d256 keeps the wait above it.
-      if constexpr (kD <= 128) softmax_before_wait(sx.l);
+      // fp8 products likewise keep the wait above: pinned under the PV product, ptxas ran out of
+      // registers there (64 bytes spilled) and serialised every product (C7512).
+      if constexpr (kD <= 128 && !C::kFp8) softmax_before_wait(sx.l);
       wg::wait<0>();
       wg::fence_regs(o);
       wg::fence_regs(pa);
@@ -175,8 +194,8 @@ struct Consumer {
       prev = slot;
       prev_n0 = n0;
     }
-    release(sm.bars.q_empty());  // every S of the tile has been computed
-    wait_landed(sm.bars.v_full(prev.stage), prev.parity);
+    if constexpr (!C::kFp8) release(sm.bars.q_empty());  // every S of the tile has been computed
+    wait_v(sm, prev);
     zero_v_tail(p, sm, prev.stage, t, prev_n0);
     issue_pv(sm, prev.stage);
     wg::wait<0>();

@@ -20,6 +20,7 @@ namespace attnkit::hopper {
 
 struct SmemAddrs {
   uint32_t q, k, v;  // Q; stage s of K at k + s * kTileBytes, of V likewise
+  uint32_t vt, q8, q_scale;  // fp8 products only: V^T's stages, Q in e4m3, its rows' descales
   Barriers bars;
 };
 
@@ -32,7 +33,7 @@ struct KvBoxes {
     rows = min(p.page_size, C::kBlockN);
     count = (min(C::kBlockN, t.kv_hi - n0) + rows - 1) / rows;
   }
-  __device__ __forceinline__ uint32_t bytes() const { return static_cast<uint32_t>(count * rows * 128 * C::kColBlocks); }
+  __device__ __forceinline__ uint32_t bytes() const { return static_cast<uint32_t>(count * rows * 128 * C::kKvColBlocks); }
 };
 
 // This lane's box of tile j: the cache slot it starts at (one page-table read, shared by K and V),
@@ -61,7 +62,7 @@ __device__ __forceinline__ void load_kv_tile(const ExtendParams& p, const void* 
   __syncwarp();
   if (slot >= 0) {
 #pragma unroll
-    for (int cb = 0; cb < C::kColBlocks; ++cb)
+    for (int cb = 0; cb < C::kKvColBlocks; ++cb)
       tma::load_3d(s_tile + cb * C::kBlockN * 128 + lane * boxes.rows * 128, map, cb * 64, t.kv_head, slot, full);
   }
 }

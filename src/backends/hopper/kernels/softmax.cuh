@@ -22,6 +22,12 @@ struct Softmax {
   bool soft_cap;
   float logit_scale, cap_log2, exp_scale;
   float m[2], l[2];  // running max (log2 units) and this thread's share of the row sum
+  float row_scale[2] = {1.0f, 1.0f};  // fp8 products: each row's q descale x k_scale, into the logit scale
+
+  __device__ __forceinline__ void set_row_scales(float r0, float r1) {
+    row_scale[0] = r0;
+    row_scale[1] = r1;
+  }
 
   // `row` is the tile row of this thread's first row (the second is row + 8).
   __device__ __forceinline__ Softmax(const ExtendParams& p, const Tile& t, int row) {
@@ -48,7 +54,8 @@ struct Softmax {
   __device__ __forceinline__ void cap_and_mask(float (&s)[kN / 2], int n0, int lane) const {
     if (soft_cap) {
 #pragma unroll
-      for (int i = 0; i < kN / 2; ++i) s[i] = cap_log2 * tanhf(s[i] * logit_scale);
+      for (int i = 0; i < kN / 2; ++i)
+        s[i] = cap_log2 * tanhf(s[i] * (C::kFp8 ? logit_scale * row_scale[(i >> 1) & 1] : logit_scale));
     }
     if (n0 < unmasked_lo || n0 + kN > unmasked_hi) {
 #pragma unroll
@@ -66,11 +73,12 @@ struct Softmax {
   __device__ __forceinline__ void update(float (&s)[kN / 2], float (&corr)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      const float es = C::kFp8 && !soft_cap ? exp_scale * row_scale[h] : exp_scale;
       float mx = -INFINITY;
 #pragma unroll
       for (int nb = 0; nb < kN / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * h], s[nb * 4 + 2 * h + 1]));
       mx = ::attnkit::cuda::quad_max(mx);
-      const float m_new = fmaxf(m[h], mx * exp_scale);  // exp_scale > 0: the max commutes with it
+      const float m_new = fmaxf(m[h], mx * es);  // es > 0: the max commutes with it
       // A row with nothing visible yet keeps m = -inf; subtract 0 so exp2 gives 0, not NaN.
       const float base = m_new == -INFINITY ? 0.0f : m_new;
       corr[h] = ::attnkit::cuda::fast_exp2(m[h] - base);
@@ -80,8 +88,8 @@ struct Softmax {
       for (int nb = 0; nb < kN / 8; ++nb) {
         float& a = s[nb * 4 + 2 * h];
         float& b = s[nb * 4 + 2 * h + 1];
-        a = ::attnkit::cuda::fast_exp2(fmaf(a, exp_scale, -base));
-        b = ::attnkit::cuda::fast_exp2(fmaf(b, exp_scale, -base));
+        a = ::attnkit::cuda::fast_exp2(fmaf(a, es, -base));
+        b = ::attnkit::cuda::fast_exp2(fmaf(b, es, -base));
         sum += a + b;
       }
       l[h] = l[h] * corr[h] + sum;
