@@ -22,6 +22,8 @@ double default_tolerance(DType q_dtype, DType kv_dtype) {
   }
 }
 
+double e4m3_products_tolerance() { return 4.0 * 0x1p-4; }
+
 namespace {
 void check_operand(const TensorView& t, const char* field) {
   ATTNKIT_CHECK(t.device == Device::cpu, "compare: ", field, " ", t.describe(), " is on ", device_name(t.device),

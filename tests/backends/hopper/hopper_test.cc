@@ -131,7 +131,8 @@ TEST(HopperExtendGathered, MatchesReferenceOnPagesBoxesCouldTake) {
 // An e4m3 cache multiplied on e4m3 tensor cores (`--hopper-fp8-products`): q is rounded to e4m3 a row
 // at a time (scaled so its largest |value| is e4m3's largest) and P to e4m3 (times 256), each a
 // relative error of at most e4m3's unit roundoff u = 2^-4 an element, on top of the cache both sides
-// read the same. By the rule of default_tolerance (4u of the dtype that rounds), 4 x 2^-4.
+// read the same. By the rule of default_tolerance (4u of the dtype that rounds), 4 x 2^-4: the
+// harness's e4m3_products_tolerance() for hopper with the option.
 TEST(HopperExtendFp8, MatchesReferenceWithinE4m3Rounding) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   BackendOptions options;
@@ -148,7 +149,6 @@ TEST(HopperExtendFp8, MatchesReferenceWithinE4m3Rounding) {
     c.kv_dtype = DType::e4m3;
     c.k_scale = 0.5f;
     c.v_scale = 0.25f;
-    c.tolerance = 4.0 * 0x1p-4;
     const harness::CheckResult r = harness::run_check("hopper", c, options);
     if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
     EXPECT_TRUE(r.passed) << harness::describe(c) << ": rel error " << r.rel_err << " > " << r.tolerance << "; "
