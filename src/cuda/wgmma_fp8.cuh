@@ -100,27 +100,33 @@ __host__ __device__ constexpr uint32_t swizzled_byte(int r, int b) {
 }
 
 // V [128 tokens x 128 e4m3] at s_v (swizzled rows) into V^T at s_vt (a row a head-dim column, position
-// p holding token vt_token(p), swizzled), by `threads` threads from `tid`; tokens from `valid` on are
-// written as zeros (stale bytes may be NaN codes, and 0 x NaN is NaN even where P is 0). A unit is 4
-// positions x 4 columns: four 32-bit reads (a token's 4 columns each), a 4 x 4 byte transpose, four
-// 32-bit writes. The lanes of a warp take consecutive positions, so the writes meet no bank conflict.
+// p holding token vt_token(p), swizzled), by `threads` threads from `tid` (a multiple of 32 threads);
+// tokens from `valid` on are written as zeros (stale bytes may be NaN codes, and 0 x NaN is NaN even
+// where P is 0). A unit is 4 positions x 16 columns: four 16-byte reads (a token's 16 columns each),
+// 4 x 4 byte transposes, sixteen 32-bit writes (a column's 4 positions each). The lanes of a warp
+// take consecutive positions: the writes meet no bank conflict, the reads at most two lanes a bank.
 __device__ __forceinline__ void transpose_v_e4m3(const unsigned char* s_v, unsigned char* s_vt, int tid, int threads,
                                                  int valid) {
-  for (int u = tid; u < 32 * 32; u += threads) {
+  for (int u = tid; u < 32 * 8; u += threads) {
     const int pb = u % 32;  // positions 4 pb .. 4 pb + 3
-    const int e = u / 32;   // columns 4 e .. 4 e + 3
-    uint32_t r[4];
+    const int e = u / 32;   // columns 16 e .. 16 e + 15
+    uint4 r[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int token = vt_token(4 * pb + i);
-      r[i] = token < valid ? *reinterpret_cast<const uint32_t*>(s_v + swizzled_byte(token, 4 * e)) : 0u;
+      r[i] = token < valid ? *reinterpret_cast<const uint4*>(s_v + swizzled_byte(token, 16 * e)) : make_uint4(0, 0, 0, 0);
     }
-    const uint32_t lo01 = __byte_perm(r[0], r[1], 0x5140), hi01 = __byte_perm(r[0], r[1], 0x7362);
-    const uint32_t lo23 = __byte_perm(r[2], r[3], 0x5140), hi23 = __byte_perm(r[2], r[3], 0x7362);
-    const uint32_t cols[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                              __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(s_vt + swizzled_byte(4 * e + k, 4 * pb)) = cols[k];
+    for (int q = 0; q < 4; ++q) {  // columns 16 e + 4 q .. + 3: word q of each token's 16 bytes
+      const uint32_t w[4] = {(&r[0].x)[q], (&r[1].x)[q], (&r[2].x)[q], (&r[3].x)[q]};
+      const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+      const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+      const uint32_t cols[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        *reinterpret_cast<uint32_t*>(s_vt + swizzled_byte(16 * e + 4 * q + k, 4 * pb)) = cols[k];
+    }
   }
 }
 
