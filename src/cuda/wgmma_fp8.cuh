@@ -64,14 +64,7 @@ __device__ __forceinline__ void pv_rs_e4m3(float (&o)[64], const uint32_t (&p)[4
   commit();
 }
 
-// Two floats to two e4m3 bytes (round to nearest even, saturating to +-448): `lo` in the low byte.
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-  unsigned short r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// Four floats to four e4m3 bytes, b0 in the low byte.
+// Four floats to four e4m3 bytes (round to nearest even, saturating to +-448), b0 in the low byte.
 __device__ __forceinline__ uint32_t e4m3x4(float b0, float b1, float b2, float b3) {
   uint32_t r;
   asm("{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\ncvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
