@@ -79,8 +79,9 @@ struct BackendOptions {
   };
   HopperKvLoad hopper_kv_load = HopperKvLoad::by_page_size;
   // hopper: an e4m3 cache multiplied on e4m3 tensor cores, q quantised to e4m3 a row at a time and P
-  // rounded to e4m3 (head dim 128, pages of 8 slots or more); false dequantises the cache to q's type
-  // as tiles load and multiplies in that type. Faster, less exact: docs/benchmarks.md states both.
+  // rounded to e4m3, where the cache allows it (head dim 128, pages of 8 slots or more: other caches
+  // load as without it); false dequantises the cache to q's type as tiles load and multiplies in
+  // that type. Faster, less exact: docs/benchmarks.md states both.
   bool hopper_fp8_products = false;
   // planned, diagnostics: device memory of [kDecodeTimelineCtas, kDecodeTimelineSlots] u64 that
   // every decode launch fills, row c with CTA c's SM id and %globaltimer stamps (entry, first tile

@@ -189,8 +189,8 @@ void add_backend_options(CLI::App& cmd, BackendOptions* options) {
       ->check(CLI::IsMember({"by-page-size", "gather"}))
       ->default_str("by-page-size");
   cmd.add_flag("--hopper-fp8-products", options->hopper_fp8_products,
-               "hopper: an e4m3 cache multiplied on e4m3 tensor cores, q quantised a row at a time (head dim 128, "
-               "pages of 8 slots or more), instead of dequantised to q's type as tiles load");
+               "hopper: an e4m3 cache multiplied on e4m3 tensor cores, q quantised a row at a time, where the cache "
+               "allows it (head dim 128, pages of 8 slots or more), instead of dequantised to q's type as tiles load");
 }
 
 void require_available(const std::string& subcommand, const std::string& backend) {

@@ -29,10 +29,10 @@ HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(con
   const KvCacheConfig& c = cache().config();
   // An e4m3 cache dequantised as it loads is read row by row (no maps); multiplied on e4m3 tensor
   // cores it comes as TMA boxes of its raw bytes; a 16-bit one the kernel serves gets its pools' maps.
-  const bool e4m3_boxes = c.dtype == DType::e4m3 && options().hopper_fp8_products && c.head_dim_k == 128 &&
-                          c.page_size >= hopper::Support::min_tma_page_size;
+  fp8_products_ = options().hopper_fp8_products && c.dtype == DType::e4m3 && c.head_dim_k == 128 &&
+                  c.page_size >= hopper::Support::min_tma_page_size;
   const hopper::KernelKey key{c.head_dim_k, c.dtype == DType::e4m3 ? DType::bf16 : c.dtype, c.dtype};
-  if ((c.dtype == DType::e4m3 && !e4m3_boxes) ||
+  if ((c.dtype == DType::e4m3 && !fp8_products_) ||
       !hopper::why_unsupported(key, c.page_size, model().layer(0).num_qo_heads / c.num_kv_heads).empty())
     return;
   for (int l = 0; l < c.num_layers; ++l) {
@@ -49,7 +49,7 @@ hopper::ExtendParams HopperBackend::extend_params(const planned::PrefillParams& 
   e.tile_rows = plan_shape().prefill_rows;
   e.num_tokens = batch().num_tokens();
   e.gather_kv = options().hopper_kv_load == BackendOptions::HopperKvLoad::gather;
-  e.fp8_products = options().hopper_fp8_products;
+  e.fp8_products = fp8_products_;
   return e;
 }
 

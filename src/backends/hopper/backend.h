@@ -28,7 +28,10 @@ class HopperBackend final : public PlannedBackend {
   struct PoolMaps {
     cuda::TensorMap k, v;
   };
-  std::vector<PoolMaps> pool_maps_;  // [num_layers]; empty for an e4m3 cache (read without maps) or one refused
+  std::vector<PoolMaps> pool_maps_;  // [num_layers]; empty for an e4m3 cache read without maps, or one refused
+  // BackendOptions::hopper_fp8_products, where this cache allows it (an e4m3 cache at head dim 128,
+  // pages of Support::min_tma_page_size slots or more); other caches load as without the option.
+  bool fp8_products_ = false;
 };
 
 }  // namespace attnkit
