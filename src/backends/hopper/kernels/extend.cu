@@ -25,7 +25,10 @@ namespace {
 template <typename Fn>
 void with_config(int head_dim, DType dtype, KvLoad load, Fn&& fn) {
   auto by_dim = [&](auto t) {
-    using T = decltype(t);
+    // Without the cvref removal, nvcc's host pass typed T as a reference inside the fp8 case's
+    // `if constexpr` below: its launch named a kernel (KernelConfig<T&, ...>) the device pass never
+    // compiled, and the runtime refused it ("invalid resource handle").
+    using T = std::remove_cvref_t<decltype(t)>;
     auto pick = [&](auto dim) {
       constexpr int kDim = decltype(dim)::value;
       switch (load) {
