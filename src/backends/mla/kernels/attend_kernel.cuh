@@ -115,15 +115,19 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], const Smem& sm, int st
   mma::commit();
 }
 
-// S [64 x 64] = Q K^T of tile j's stage, issued and committed once every column block has landed
-// (a wait between the products would make ptxas serialise them: the waits are divergent loops).
+// S [64 x 64] = Q K^T of tile j's stage, issued and committed: each column block's four k-steps as
+// soon as that block has landed, so the products start while the tile's later blocks still load.
+// The waits are PTX loops (mbar_wait_in_ptx): a C++ loop between the products would make ptxas
+// serialise them.
 __device__ __forceinline__ void issue_s(float (&s)[32], const Smem& sm, int stage, uint32_t parity) {
   namespace mma = ::attnkit::cuda::wgmma;
-  for (int cb = 0; cb < kColBlocks; ++cb) hopper::mbar_wait(sm.full(stage) + 8 * cb, parity);
   mma::fence_regs(s);
-  mma::fence();
 #pragma unroll
   for (int kk = 0; kk < kHeadDimQk / 16; ++kk) {
+    if (kk % 4 == 0) {
+      ::attnkit::cuda::tma::mbar_wait_in_ptx(sm.full(stage) + 8 * (kk / 4), parity);
+      mma::fence();
+    }
     const uint32_t col = (kk / 4) * kBlockBytes + (kk % 4) * 32;
     const uint64_t desc_q = mma::make_desc(sm.q + col, 16, 1024);
     const uint64_t desc_k = mma::make_desc(sm.stage(stage) + col, 16, 1024);
