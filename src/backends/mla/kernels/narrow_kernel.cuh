@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
   float* s_red = reinterpret_cast<float*>(smem + L::kOffRed);
   if (tid == 0) {
     for (int t = 0; t < L::kTiles; ++t) {
-      hopper::mbar_init(bar.tile_full(t), 1);   // the TMA
+      for (int cb = 0; cb < nd::kColBlocks; ++cb) hopper::mbar_init(bar.tile_full(t, cb), 1);  // the TMA
       hopper::mbar_init(bar.tile_empty(t), 4);  // the compute warps
     }
     for (int r = 0; r < L::kRawStages; ++r) {
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
       nd::produce<L::kRawStages, L::kRawTokens, true>(&map, p, w, s_q + L::kOffRaw, L::kRawBytes, bar.raw_full(0),
                                                       bar.raw_empty(0), lane);
     } else {
-      nd::produce<L::kTiles, kTileTokens, false>(&map, p, w, s_q + L::kOffTiles, nd::kTileBytes, bar.tile_full(0),
+      nd::produce<L::kTiles, kTileTokens, false>(&map, p, w, s_q + L::kOffTiles, nd::kTileBytes, bar.tile_full(0, 0),
                                                  bar.tile_empty(0), lane);
     }
     return;
@@ -123,8 +123,9 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
         nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
       }
     } else {
-      hopper::mbar_wait(bar.tile_full(t), (j / L::kTiles) & 1);
+      const uint32_t parity = (j / L::kTiles) & 1;
       if (!kFp8 && valid < kTileTokens) {  // rows the boxes did not cover, or covered past the KV end: zero
+        for (int cb = 0; cb < nd::kColBlocks; ++cb) hopper::mbar_wait(bar.tile_full(t, cb), parity);
         for (int idx = tid; idx < (kTileTokens - valid) * kQChunks; idx += 128) {
           const int row = valid + idx / kQChunks;
           *reinterpret_cast<uint4*>(smem + L::kOffTiles + t * nd::kTileBytes +
@@ -133,10 +134,14 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
         mma::fence_proxy_async();
         nd::compute_warps_sync();
       }
-      mma::fence();
+      // Each column block's k-steps as soon as it has landed. The waits are PTX loops, each followed
+      // by a wgmma fence: so ptxas keeps the products of the group in flight across them.
 #pragma unroll
-      for (int cb = 0; cb < nd::kColBlocks; ++cb)
+      for (int cb = 0; cb < nd::kColBlocks; ++cb) {
+        ::attnkit::cuda::tma::mbar_wait_in_ptx(bar.tile_full(t, cb), parity);
+        mma::fence();
         nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
+      }
     }
     mma::commit();
     mma::wait_all();

@@ -36,9 +36,10 @@ struct Layout {
   static constexpr int kOffTiles = align_1k(kOffRaw + kRawStages * kRawBytes);
   static constexpr int kOffP = kOffTiles + kTiles * kTileBytes;              // P^T: kN rows x 64 tokens
   static constexpr int kOffRed = kOffP + kN * 128;                           // [4 warps][kN] f32
-  // mbarriers: tile full [kTiles], tile empty [kTiles], raw full [kRawStages], raw empty [kRawStages].
+  // mbarriers: tile full [kTiles][kColBlocks] (a column block each, so S^T starts on the first to
+  // land), tile empty [kTiles], raw full [kRawStages], raw empty [kRawStages].
   static constexpr int kOffBar = kOffRed + 4 * kN * 4;
-  static constexpr int kSmemBytes = kOffBar + 2 * (kTiles + kRawStages) * 8;
+  static constexpr int kSmemBytes = kOffBar + (kTiles * kColBlocks + kTiles + 2 * kRawStages) * 8;
   static constexpr int kOffOut = kOffTiles;  // the epilogue stages O [kN][kOutStride] f32 in the first tile
   static_assert(kN * kOutStride * 4 <= kTileBytes, "the staged output must fit in a tile");
   static_assert(kOffP % 1024 == 0, "tiles and P must start on 1024 bytes");
@@ -49,10 +50,11 @@ template <int kN, bool kFp8>
 struct Barriers {
   using L = Layout<kN, kFp8>;
   uint32_t base;
-  __device__ uint32_t tile_full(int t) const { return base + 8 * t; }
-  __device__ uint32_t tile_empty(int t) const { return base + 8 * (L::kTiles + t); }
-  __device__ uint32_t raw_full(int r) const { return base + 8 * (2 * L::kTiles + r); }
-  __device__ uint32_t raw_empty(int r) const { return base + 8 * (2 * L::kTiles + L::kRawStages + r); }
+  static constexpr int kFull = L::kTiles * kColBlocks;
+  __device__ uint32_t tile_full(int t, int cb) const { return base + 8 * (t * kColBlocks + cb); }
+  __device__ uint32_t tile_empty(int t) const { return base + 8 * (kFull + t); }
+  __device__ uint32_t raw_full(int r) const { return base + 8 * (kFull + L::kTiles + r); }
+  __device__ uint32_t raw_empty(int r) const { return base + 8 * (kFull + L::kTiles + L::kRawStages + r); }
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in 128-byte-swizzled column blocks of
@@ -64,9 +66,10 @@ __device__ __forceinline__ uint32_t swizzled(int block_bytes, int row, int chunk
 __device__ __forceinline__ void compute_warps_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
 // The TMA warp: the item's KV in pieces of kPieceTokens slots, piece i into stage i % kStages
-// once its consumers have released it (`empty`). Bf16: 64 x 576 tiles, 128-byte swizzled; fp8:
-// raw 656-byte slots. Boxes past the item's KV end are not loaded; the barrier expects exactly
-// the bytes that are (none for a piece wholly past it).
+// once its consumers have released it (`empty`). Bf16: 64 x 576 tiles, 128-byte swizzled, each
+// column block counted on its own barrier (full0 + 8 (stage x kColBlocks + block)); fp8: raw
+// 656-byte slots, one barrier a stage (full0 + 8 stage). Boxes past the item's KV end are not
+// loaded; a barrier expects exactly the bytes that are (none for a piece wholly past it).
 template <int kStages, int kPieceTokens, bool kFp8>
 __device__ __forceinline__ void produce(const void* map, const AttendParams& p, const WorkItem& w, uint32_t s_stages,
                                         int stage_bytes, uint32_t full0, uint32_t empty0, int lane) {
@@ -81,8 +84,12 @@ __device__ __forceinline__ void produce(const void* map, const AttendParams& p, 
     const int n0 = w.n0 + i * kPieceTokens;
     const int boxes = max(0, min(kPieceTokens / box_rows, (w.kv_hi - n0 + box_rows - 1) / box_rows));
     const uint32_t stage = s_stages + s * stage_bytes;
-    const uint32_t full = full0 + 8 * s;
-    if (lane == 0) hopper::mbar_expect_tx(full, static_cast<uint32_t>(boxes * box_rows * kBytesPerRow));
+    const uint32_t full = full0 + 8 * (kFp8 ? s : s * kColBlocks);  // a block's: + 8 cb
+    if constexpr (kFp8) {
+      if (lane == 0) hopper::mbar_expect_tx(full, static_cast<uint32_t>(boxes * box_rows * kBytesPerRow));
+    } else {
+      if (lane < kColBlocks) hopper::mbar_expect_tx(full + 8 * lane, static_cast<uint32_t>(boxes * box_rows * 128));
+    }
     __syncwarp();
     for (int idx = lane; idx < boxes * kBoxesPerRows; idx += 32) {
       const int b = idx % boxes;
@@ -92,7 +99,7 @@ __device__ __forceinline__ void produce(const void* map, const AttendParams& p, 
       if constexpr (kFp8) {
         hopper::load_2d(stage + b * box_rows * kFp8SlotBytes, map, 0, slot, full);
       } else {
-        hopper::load_2d(stage + cb * kKBlockBytes + b * box_rows * 128, map, cb * 64, slot, full);
+        hopper::load_2d(stage + cb * kKBlockBytes + b * box_rows * 128, map, cb * 64, slot, full + 8 * cb);
       }
     }
   }
