@@ -36,6 +36,9 @@ __host__ __device__ inline uint32_t swizzled(int row, int col, uint32_t block_by
 // mbarrier: a barrier of 4 arrivals completes a phase each time every warp has arrived, its parity
 // alternating from 0; a fresh barrier's phase of parity 1 counts as completed.
 
+// kPtxLoop: the wait that loops in PTX (mbar_wait_in_ptx), which may sit between the wgmma
+// instructions of one group, instead of mbar_wait.
+template <bool kPtxLoop>
 __global__ void mbarrier_kernel(int* out, int phases) {
   namespace tma = ::attnkit::cuda::tma;
   __shared__ __align__(8) uint64_t bar;
@@ -46,13 +49,20 @@ __global__ void mbarrier_kernel(int* out, int phases) {
     count = 0;
   }
   __syncthreads();
-  tma::mbar_wait(b, 1);  // a fresh barrier: passes at once
+  auto wait = [b](uint32_t parity) {
+    if constexpr (kPtxLoop) {
+      tma::mbar_wait_in_ptx(b, parity);
+    } else {
+      tma::mbar_wait(b, parity);
+    }
+  };
+  wait(1);  // a fresh barrier: passes at once
   for (int ph = 0; ph < phases; ++ph) {
     if (threadIdx.x % 32 == 0) {
       atomicAdd(&count, 1);
       tma::mbar_arrive(b);
     }
-    tma::mbar_wait(b, ph & 1);
+    wait(ph & 1);
     // Every warp arrived before any thread passed: all 4 increments of this phase are visible.
     if (count < 4 * (ph + 1)) atomicAdd(out, 1);
     __syncthreads();
@@ -63,7 +73,8 @@ TEST(PtxMbarrier, CompletesAPhaseWhenEveryArrivalIsIn) {
   SKIP_WITHOUT_HOPPER();
   DeviceArray<int> out(1);
   CUDA_OK(cudaMemset(out.ptr, 0, sizeof(int)));
-  mbarrier_kernel<<<1, 128>>>(out.ptr, 5);
+  mbarrier_kernel<false><<<1, 128>>>(out.ptr, 5);
+  mbarrier_kernel<true><<<1, 128>>>(out.ptr, 5);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(out.to_host()[0], 0) << "threads passed a phase before every warp had arrived";
