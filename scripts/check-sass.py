@@ -8,6 +8,11 @@ rests on, and fails naming the kernel and what it found. Every kernel of the set
 - the products are not serialised: ptxas, where it cannot prove an accumulator settled, waits
   after every wgmma (each `HGMMA` then ends its own group, `gsb0`); a chain of k-steps ends one.
 
+Every host-side function of those kernels (the symbol a launch names) has device code beside it:
+a kernel template instantiated on the host with other arguments than on the device (nvcc's host
+pass once typed an element type as a reference) launches a kernel that does not exist, refused at
+run time as "invalid resource handle".
+
 The `hopper` extend kernels besides: the online softmax runs under the PV product: in the consumer
 loop, the row-max shuffles and the exponentials sit between the wait for S
 (`WARPGROUP.DEPBAR.LE gsb0, 0x1`) and the wait for PV (`... gsb0, 0x0`), and none follows that
@@ -61,6 +66,18 @@ def split_functions(sass):
         elif name and re.search(r'/\*[0-9a-f]{4,}\*/', line):
             functions[name].append(line.split(';')[0].strip())
     return functions
+
+
+def host_kernels(nm_output, pattern):
+    """Mangled names of the kernels `nm --defined-only` lists as host functions (their launch stubs),
+    without the compiler's clone suffixes (.cold, .isra)."""
+    names = set()
+    for line in nm_output.splitlines():
+        parts = line.split()
+        # (nvcc's __device_stub__ helpers of non-template kernels name the kernel inside theirs)
+        if len(parts) == 3 and parts[1] in 'tTwW' and pattern.search(parts[2]) and '__device_stub__' not in parts[2]:
+            names.add(parts[2].split('.')[0])
+    return names
 
 
 def head_dim_of(name):
@@ -159,6 +176,9 @@ def self_test():
     assert head_dim_of(gathered) == 256 and head_dim_of(name) == 128
     parsed = split_functions('\tFunction : %s\n        /*0000*/ MOV R1, c[0x0][0x28] ;  /* 0x000 */\n' % name)
     assert parsed == {name: ['/*0000*/ MOV R1, c[0x0][0x28]']}, parsed
+    by_ref = name.replace('I13__nv_bfloat16', 'IR13__nv_bfloat16')
+    nm = '0000000000200a20 t %s\n00000000000547ea t %s.cold\n0000000000200c30 t %s\n' % (name, name, by_ref)
+    assert host_kernels(nm, KERNEL_SETS['hopper']) == {name, by_ref}
     print('check-sass self-test: ok')
     return 0
 
@@ -189,6 +209,14 @@ def main():
         print('check-sass: no %s kernel in %s (built without sm_90a?)' % (args.kernels, args.library))
         return 1
     failed = 0
+    nm = subprocess.run(['nm', '--defined-only', args.library], capture_output=True, text=True)
+    if nm.returncode != 0:
+        print('check-sass: nm %s failed: %s' % (args.library, nm.stderr.strip()[-500:]))
+        return 1
+    for name in sorted(host_kernels(nm.stdout, KERNEL_SETS[args.kernels]) - set(kernels)):
+        print('check-sass: %s is launched from the host but has no device code: the host and device '
+              'passes instantiated different kernels' % name)
+        failed += 1
     hopper = args.kernels == 'hopper'
     for name, code in sorted(kernels.items()):
         problems = check_kernel(name, code) if hopper else check_wgmma_kernel(code)
