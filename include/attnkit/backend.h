@@ -112,6 +112,10 @@ class AttentionBackend {
 
   virtual std::string name() const = 0;
   virtual Capabilities capabilities() const = 0;
+  // The dtype this backend's products round q and P to, for q of `q_dtype` and the cache it was
+  // made with: q's own unless it says otherwise (hopper's fp8 products: e4m3). A comparison with
+  // `reference` allows the bound that dtype sets (default_tolerance, attnkit/compare.h).
+  virtual DType products_dtype(DType q_dtype) const { return q_dtype; }
 
   // Plan: once per batch, before layer 0. Validates the batch against the cache and capabilities.
   // The batch is read again by every forward_*: it must stay alive and unchanged until the next plan.

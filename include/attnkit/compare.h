@@ -10,11 +10,9 @@
 namespace attnkit {
 
 // The bound on max|out - ref| / max|ref| for a dtype pair, from the unit roundoff of the narrowest
-// type on the path (see src/core/compare.cc for the derivation).
+// type on the path (see src/core/compare.cc for the derivation). `q_dtype`: the dtype the products
+// round q and P to (AttentionBackend::products_dtype: q's own, or e4m3 for hopper's fp8 products).
 double default_tolerance(DType q_dtype, DType kv_dtype);
-// The same where the products themselves run on e4m3 (q rounded to e4m3 a row at a time, and P):
-// 4 units of e4m3's roundoff, 4 x 2^-4.
-double e4m3_products_tolerance();
 
 struct Comparison {
   double max_abs_err = 0.0;  // max |got - want|; infinite where a got value is NaN or infinite

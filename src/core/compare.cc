@@ -18,11 +18,10 @@ double default_tolerance(DType q_dtype, DType kv_dtype) {
     case DType::f32: return 1e-5;            // fp32 accumulation over a few thousand terms
     case DType::f16: return 4.0 * 0x1p-11;   // 2.0e-3
     case DType::bf16: return 4.0 * 0x1p-8;   // 1.6e-2
+    case DType::e4m3: return 4.0 * 0x1p-4;   // 0.25: q and P rounded to e4m3 (hopper's fp8 products)
     default: return 0.0;
   }
 }
-
-double e4m3_products_tolerance() { return 4.0 * 0x1p-4; }
 
 namespace {
 void check_operand(const TensorView& t, const char* field) {

@@ -144,11 +144,8 @@ CheckResult run_check(const std::string& backend, const CheckCase& c, const Back
 
   const int64_t n = dev_batch.num_tokens();
   const AttentionSpec& s = c.spec;
-  // hopper's fp8 products round q and P to e4m3 too, where the cache is e4m3 (BackendOptions).
-  const bool e4m3_products = backend == "hopper" && options.hopper_fp8_products && c.kv_dtype == DType::e4m3;
-  result.tolerance = c.tolerance > 0  ? c.tolerance
-                     : e4m3_products ? e4m3_products_tolerance()
-                                     : default_tolerance(c.q_dtype, c.kv_dtype);
+  // The backend says what its products round to (hopper's fp8 products: e4m3, where they run).
+  result.tolerance = c.tolerance > 0 ? c.tolerance : default_tolerance(dut->products_dtype(c.q_dtype), c.kv_dtype);
   double worst_ratio = -1.0;
   // Where the backend writes the LSE, it is checked too (poisoned before every layer, every row).
   Staged lse(caps.device, DType::f32, {n, s.num_qo_heads});

@@ -28,7 +28,7 @@ struct CheckCase {
   bool shuffle_pages = true;     // page tables out of order
   int num_layers = 2;            // the plan is reused by every layer, each with fresh inputs
   uint64_t seed = 1;
-  double tolerance = 0.0;        // 0: default_tolerance(q_dtype, kv_dtype), or e4m3_products_tolerance()
+  double tolerance = 0.0;        // 0: default_tolerance of what the backend's products round to
 };
 
 struct CheckResult {
@@ -45,7 +45,6 @@ struct CheckResult {
 
 // The bound on max|out - ref| / max|ref| for a dtype pair (attnkit/compare.h).
 using ::attnkit::default_tolerance;
-using ::attnkit::e4m3_products_tolerance;
 
 // Writes random prefix K/V (drawn from `seed`, the same values whatever the device) of every
 // request of `batch` into every layer of `cache`, through the cache's own store.

@@ -17,6 +17,7 @@ class HopperBackend final : public PlannedBackend {
   explicit HopperBackend(const BackendContext& context);
   std::string name() const override { return "hopper"; }
   Capabilities capabilities() const override { return hopper::capabilities(); }
+  DType products_dtype(DType q_dtype) const override { return fp8_products_ ? DType::e4m3 : q_dtype; }
 
  protected:
   void check_extend(const planned::PrefillParams& p) const override;
