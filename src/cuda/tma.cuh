@@ -36,17 +36,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 
 // Blocks until the barrier's phase of parity `parity` has completed. A fresh barrier counts its
 // phase of parity 1 as completed, so a producer's first wait for an empty stage passes at once.
-// The same wait as one PTX loop: ptxas sees no C++ loop around it, so it can sit between the
-// wgmma instructions of one group without ptxas serialising them (tests/cuda and check-sass).
-__device__ __forceinline__ void mbar_wait_in_ptx(uint32_t bar, uint32_t parity) {
-#ifndef ATTNKIT_NO_SM90A
-  asm volatile(
-      "{\n.reg .pred p;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-#endif
-}
-
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #ifndef ATTNKIT_NO_SM90A
   uint32_t done = 0;
@@ -57,6 +46,17 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   }
+#endif
+}
+
+// The same wait as one PTX loop: ptxas sees no C++ loop around it, so it can sit between the
+// wgmma instructions of one group without ptxas serialising them (tests/cuda and check-sass).
+__device__ __forceinline__ void mbar_wait_in_ptx(uint32_t bar, uint32_t parity) {
+#ifndef ATTNKIT_NO_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 #endif
 }
 

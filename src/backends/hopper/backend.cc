@@ -29,8 +29,7 @@ HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(con
   const KvCacheConfig& c = cache().config();
   // An e4m3 cache dequantised as it loads is read row by row (no maps); multiplied on e4m3 tensor
   // cores it comes as TMA boxes of its raw bytes; a 16-bit one the kernel serves gets its pools' maps.
-  fp8_products_ = options().hopper_fp8_products && c.dtype == DType::e4m3 && c.head_dim_k == 128 &&
-                  c.page_size >= hopper::Support::min_tma_page_size;
+  fp8_products_ = options().hopper_fp8_products && hopper::why_no_fp8_products(c.dtype, c.head_dim_k, c.page_size).empty();
   const hopper::KernelKey key{c.head_dim_k, c.dtype == DType::e4m3 ? DType::bf16 : c.dtype, c.dtype};
   if ((c.dtype == DType::e4m3 && !fp8_products_) ||
       !hopper::why_unsupported(key, c.page_size, model().layer(0).num_qo_heads / c.num_kv_heads).empty())

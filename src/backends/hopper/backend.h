@@ -30,8 +30,8 @@ class HopperBackend final : public PlannedBackend {
     cuda::TensorMap k, v;
   };
   std::vector<PoolMaps> pool_maps_;  // [num_layers]; empty for an e4m3 cache read without maps, or one refused
-  // BackendOptions::hopper_fp8_products, where this cache allows it (an e4m3 cache at head dim 128,
-  // pages of Support::min_tma_page_size slots or more); other caches load as without the option.
+  // BackendOptions::hopper_fp8_products, where this cache allows it (hopper::why_no_fp8_products);
+  // other caches load as without the option.
   bool fp8_products_ = false;
 };
 

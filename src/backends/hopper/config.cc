@@ -29,6 +29,18 @@ std::string why_unsupported(const KernelKey& key, int page_size, int group) {
   return {};
 }
 
+std::string why_no_fp8_products(DType kv_dtype, int head_dim, int page_size) {
+  if (kv_dtype != DType::e4m3) return detail::concat("fp8 products need an e4m3 cache, got ", dtype_name(kv_dtype));
+  if (head_dim != Support::fp8_products_head_dim) {
+    return detail::concat("fp8 products need head_dim ", Support::fp8_products_head_dim, ", got ", head_dim);
+  }
+  if (page_size < Support::min_tma_page_size) {
+    return detail::concat("fp8 products need pages of ", Support::min_tma_page_size, " slots or more, got ",
+                          page_size);
+  }
+  return {};
+}
+
 Capabilities capabilities() {
   Capabilities c = planned::capabilities();  // decode is planned's kernel; extend narrows it
   c.q_dtypes.assign(Support::q_dtypes.begin(), Support::q_dtypes.end());

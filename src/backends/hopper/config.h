@@ -23,6 +23,7 @@ struct Support {
   // 128-byte-swizzled tile (8 rows). Smaller pages: the producer gathers rows with cp.async.
   static constexpr std::array<int, 9> page_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   static constexpr int min_tma_page_size = 8;
+  static constexpr int fp8_products_head_dim = 128;  // BackendOptions::hopper_fp8_products: d128 only
   static constexpr int max_group = 128;  // query heads a KV head: a tile holds at least one token
 };
 
@@ -38,6 +39,10 @@ struct KernelKey {
 
 // Empty when Support covers the extend kernel's key, page size and GQA group; else the reason.
 std::string why_unsupported(const KernelKey& key, int page_size, int group);
+
+// Empty where the fp8 products (BackendOptions::hopper_fp8_products) serve a cache of this dtype,
+// head dim and page size (e4m3, fp8_products_head_dim, TMA boxes); else the reason.
+std::string why_no_fp8_products(DType kv_dtype, int head_dim, int page_size);
 
 // Support as the Capabilities every caller reads.
 Capabilities capabilities();

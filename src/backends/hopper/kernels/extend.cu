@@ -36,11 +36,12 @@ void with_config(int head_dim, DType dtype, KvLoad load, Fn&& fn) {
         case KvLoad::gather: fn(KernelConfig<T, kDim, KvLoad::gather>{}); return;
         case KvLoad::gather_e4m3: fn(KernelConfig<T, kDim, KvLoad::gather_e4m3>{}); return;
         case KvLoad::tma_fp8:
-          if constexpr (kDim == 128) {
+          if constexpr (kDim == Support::fp8_products_head_dim) {
             fn(KernelConfig<T, kDim, KvLoad::tma_fp8>{});
             return;
           }
-          throw Error(detail::concat("hopper extend: fp8 products need head_dim 128, got ", kDim));
+          throw Error(detail::concat("hopper extend: fp8 products need head_dim ", Support::fp8_products_head_dim,
+                                     ", got ", kDim));
       }
     };
     switch (head_dim) {
@@ -111,10 +112,8 @@ void check_extend_params(const ExtendParams& p) {
   if (!why.empty()) fail(why);
   if (p.custom_mask != nullptr) fail("custom masks are not served (planned serves them)");
   if (p.fp8_products) {
-    if (p.kv_dtype != DType::e4m3) fail("fp8 products need an e4m3 cache, got ", dtype_name(p.kv_dtype));
-    if (p.head_dim_qk != 128) fail("fp8 products need head_dim 128, got ", p.head_dim_qk);
-    if (p.page_size < Support::min_tma_page_size)
-      fail("fp8 products need pages of ", Support::min_tma_page_size, " slots or more, got ", p.page_size);
+    const std::string no_fp8 = why_no_fp8_products(p.kv_dtype, p.head_dim_qk, p.page_size);
+    if (!no_fp8.empty()) fail(no_fp8);
     if (!(p.k_scale > 0.0f && p.v_scale > 0.0f && std::isfinite(p.k_scale) && std::isfinite(p.v_scale)))
       fail("fp8 products need finite positive k_scale and v_scale, got ", p.k_scale, " and ", p.v_scale);
   } else if (p.kv_dtype == DType::e4m3) {
