@@ -22,6 +22,15 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t s_addr, uint32_t leading_
          (uint64_t{(stride_bytes >> 4) & 0x3fff} << 32) | (kSwizzle128 << 62);
 }
 
+// The descriptor of the same tile `bytes` further on (a multiple of 16): the start address field
+// (bits 0-13, in 16-byte units) never carries into the next field, since shared addresses stay under
+// 2^18. One add to the low word, where make_desc would mask and shift the address again: a k-step
+// loop then builds each step's descriptor from the first with one integer add.
+__device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
+}
+
 #ifndef ATTNKIT_NO_SM90A
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
