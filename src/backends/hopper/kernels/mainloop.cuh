@@ -140,9 +140,9 @@ struct Consumer {
   // does not cross (seen in the SASS: the MUFU.EX2s between the two WARPGROUP.DEPBARs). It never
   // fires: a row sum is >= 0, or the canonical NaN 0x7fffffff, never all ones. The branch ends in
   // `exit`, not a trap: behind a trap, ptxas kept too few registers for the fp8 products' and head
-  // dim 256's loops, spilled (80 and 216 bytes) and serialised every product (C7512); behind `exit`
-  // it waits for the products only on that never-taken path (C7517) and the loops keep their
-  // overlap (check-sass).
+  // dim 256's loops: it spilled 80 bytes of the fp8 kernel and serialised its products (C7512), and
+  // 116 bytes at d256; behind `exit` it waits for the products only on that never-taken path (C7517)
+  // and the loops keep their overlap (check-sass).
   __device__ __forceinline__ static void softmax_before_wait(const float (&l)[2]) {
     if (__float_as_uint(l[0]) == 0xffffffffu || __float_as_uint(l[1]) == 0xffffffffu) asm volatile("exit;");
   }
