@@ -16,10 +16,19 @@ namespace attnkit::cuda::wgmma {
 // A descriptor of a tile of 128-byte rows whose 16-byte chunks are XOR-swizzled by row % 8, 8-row
 // groups `stride_bytes` apart; `leading_bytes` is the distance between 64-element column blocks
 // where the operand is MN-major (the reduction runs down the rows), unused where it is K-major.
-__device__ __forceinline__ uint64_t make_desc(uint32_t s_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+__host__ __device__ __forceinline__ uint64_t make_desc(uint32_t s_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
   constexpr uint64_t kSwizzle128 = 1;
   return (uint64_t{(s_addr & 0x3ffff) >> 4}) | (uint64_t{(leading_bytes >> 4) & 0x3fff} << 16) |
          (uint64_t{(stride_bytes >> 4) & 0x3fff} << 32) | (kSwizzle128 << 62);
+}
+
+// The descriptor of the same tile `bytes` further on (a multiple of 16): the start address field
+// (bits 0-13, in 16-byte units) never carries into the next field, since shared addresses stay under
+// 2^18. One add to the low word, where make_desc would mask and shift the address again: a k-step
+// loop then builds each step's descriptor from the first with one integer add.
+__host__ __device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
 }
 
 #ifndef ATTNKIT_NO_SM90A

@@ -48,9 +48,9 @@ __device__ __forceinline__ void wgmma_rs_e4m3_n128(float (&d)[64], const uint32_
 // 128 bytes each; four k32 steps of 32 bytes.
 __device__ __forceinline__ void qk_ss_e4m3(float (&s)[64], uint32_t s_q, uint32_t s_k) {
   fence();
+  const uint64_t q0 = make_desc(s_q, 16, 1024), k0 = make_desc(s_k, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    wgmma_ss_e4m3_n128(s, make_desc(s_q + kk * 32, 16, 1024), make_desc(s_k + kk * 32, 16, 1024), kk > 0);
+  for (int kk = 0; kk < 4; ++kk) wgmma_ss_e4m3_n128(s, advance_desc(q0, kk * 32), advance_desc(k0, kk * 32), kk > 0);
   commit();
 }
 
@@ -59,8 +59,9 @@ __device__ __forceinline__ void qk_ss_e4m3(float (&s)[64], uint32_t s_q, uint32_
 __device__ __forceinline__ void pv_rs_e4m3(float (&o)[64], const uint32_t (&p)[4][4], uint32_t s_vt) {
   fence_regs(o);
   fence();
+  const uint64_t vt0 = make_desc(s_vt, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_rs_e4m3_n128(o, p[kk], make_desc(s_vt + kk * 32, 16, 1024));
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs_e4m3_n128(o, p[kk], advance_desc(vt0, kk * 32));
   commit();
 }
 

@@ -139,10 +139,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
 template <typename T, int kN, int kD>
 __device__ __forceinline__ void qk_ss(float (&s)[kN / 2], uint32_t s_q, uint32_t q_block_bytes, uint32_t s_k) {
   fence();
+  const uint64_t q0 = make_desc(s_q, 16, 1024), k0 = make_desc(s_k, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    const uint64_t desc_q = make_desc(s_q + (kk / 4) * q_block_bytes + (kk % 4) * 32, 16, 1024);
-    const uint64_t desc_k = make_desc(s_k + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024);
+    const uint64_t desc_q = advance_desc(q0, (kk / 4) * q_block_bytes + (kk % 4) * 32);
+    const uint64_t desc_k = advance_desc(k0, (kk / 4) * kN * 128 + (kk % 4) * 32);
     wgmma_ss<T, kN>(s, desc_q, desc_k, kk > 0);
   }
   commit();
@@ -154,8 +155,9 @@ template <typename T, int kN, int kD>
 __device__ __forceinline__ void pv_rs(float (&o)[kD / 2], const uint32_t (&p)[kN / 16][4], uint32_t s_v) {
   fence_regs(o);
   fence();
+  const uint64_t v0 = make_desc(s_v, kN * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk) wgmma_rs<T, kD>(o, p[kk], make_desc(s_v + kk * 16 * 128, kN * 128, 1024));
+  for (int kk = 0; kk < kN / 16; ++kk) wgmma_rs<T, kD>(o, p[kk], advance_desc(v0, kk * 16 * 128));
   commit();
 }
 

@@ -259,6 +259,22 @@ void check_wgmma() {
     }
 }
 
+// A k-step's descriptor made by one add to the first's low word equals the one made from its
+// address, over the whole shared window and the offsets the kernels step by (no GPU needed).
+TEST(PtxWgmma, AdvancedDescriptorIsTheAddressOwn) {
+  using attnkit::cuda::wgmma::advance_desc;
+  using attnkit::cuda::wgmma::make_desc;
+  for (uint32_t addr = 0; addr < 232 * 1024; addr += 1024) {
+    for (uint32_t bytes : {0u, 32u, 64u, 96u, 2048u, 8192u, 16384u, 16416u, 30720u}) {
+      if (addr + bytes >= (1u << 18)) continue;
+      for (uint32_t leading : {16u, 8192u, 16384u}) {
+        ASSERT_EQ(advance_desc(make_desc(addr, leading, 1024), bytes), make_desc(addr + bytes, leading, 1024))
+            << "address " << addr << " + " << bytes << ", leading " << leading;
+      }
+    }
+  }
+}
+
 TEST(PtxWgmma, ProductsOfSixtyFourKeysAndValues) {
   SKIP_WITHOUT_HOPPER();
   check_wgmma<64, 64>();

@@ -138,9 +138,13 @@ struct Consumer {
   // fences emit no PTX to hold it), and each warpgroup's exponentials then wait for its PV. A
   // branch on the row sums, which need every exponential of the tile, is a block boundary the wait
   // does not cross (seen in the SASS: the MUFU.EX2s between the two WARPGROUP.DEPBARs). It never
-  // fires: a row sum is >= 0, or the canonical NaN 0x7fffffff, never all ones.
+  // fires: a row sum is >= 0, or the canonical NaN 0x7fffffff, never all ones. The branch ends in
+  // `exit`, not a trap: behind a trap, ptxas kept too few registers for the fp8 products' and head
+  // dim 256's loops: it spilled 80 bytes of the fp8 kernel and serialised its products (C7512), and
+  // 116 bytes at d256; behind `exit` it waits for the products only on that never-taken path (C7517)
+  // and the loops keep their overlap (check-sass).
   __device__ __forceinline__ static void softmax_before_wait(const float (&l)[2]) {
-    if (__float_as_uint(l[0]) == 0xffffffffu || __float_as_uint(l[1]) == 0xffffffffu) __trap();
+    if (__float_as_uint(l[0]) == 0xffffffffu || __float_as_uint(l[1]) == 0xffffffffu) asm volatile("exit;");
   }
 
   __device__ __forceinline__ void release(uint32_t bar) const {
@@ -179,12 +183,7 @@ struct Consumer {
       release(sm.bars.k_empty(slot.stage));
       sx.cap_and_mask(s, n0, lane);
       sx.update(s, corr);
-      // At d256 the 64 x 256 O accumulator of the PV product in flight and S leave too few
-      // registers to hold the softmax there: pinned, it spills (54 local-memory instructions, 3
-      // in this loop, against 4 in the prologue unpinned), so d256 keeps the wait above it.
-      // fp8 products likewise keep the wait above: pinned under the PV product, ptxas ran out of
-      // registers there (64 bytes spilled) and serialised every product (C7512).
-      if constexpr (kD <= 128 && !C::kFp8) softmax_before_wait(sx.l);
+      softmax_before_wait(sx.l);
       wg::wait<0>();
       wg::fence_regs(o);
       wg::fence_regs(pa);

@@ -106,12 +106,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], const Smem& sm, int st
   namespace mma = ::attnkit::cuda::wgmma;
   mma::fence_regs(o);
   mma::fence();
+  const uint64_t p0 = mma::make_desc(sm.p_block(stage), 16, 1024);
+  const uint64_t v0 = mma::make_desc(sm.stage(stage) + 4 * half * kBlockBytes, kBlockBytes, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kTileTokens / 16; ++kk) {
-    const uint64_t desc_p = mma::make_desc(sm.p_block(stage) + kk * 32, 16, 1024);
-    const uint64_t desc_v = mma::make_desc(sm.stage(stage) + 4 * half * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024);
-    hopper::wgmma_m64n256_ss_tb(o, desc_p, desc_v);
-  }
+  for (int kk = 0; kk < kTileTokens / 16; ++kk)
+    hopper::wgmma_m64n256_ss_tb(o, mma::advance_desc(p0, kk * 32), mma::advance_desc(v0, kk * 16 * 128));
   mma::commit();
 }
 
@@ -122,6 +121,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], const Smem& sm, int st
 __device__ __forceinline__ void issue_s(float (&s)[32], const Smem& sm, int stage, uint32_t parity) {
   namespace mma = ::attnkit::cuda::wgmma;
   mma::fence_regs(s);
+  const uint64_t q0 = mma::make_desc(sm.q, 16, 1024), k0 = mma::make_desc(sm.stage(stage), 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kHeadDimQk / 16; ++kk) {
     if (kk % 4 == 0) {
@@ -129,9 +129,7 @@ __device__ __forceinline__ void issue_s(float (&s)[32], const Smem& sm, int stag
       mma::fence();
     }
     const uint32_t col = (kk / 4) * kBlockBytes + (kk % 4) * 32;
-    const uint64_t desc_q = mma::make_desc(sm.q + col, 16, 1024);
-    const uint64_t desc_k = mma::make_desc(sm.stage(stage) + col, 16, 1024);
-    mma::wgmma_ss<__nv_bfloat16, 64>(s, desc_q, desc_k, kk > 0);
+    mma::wgmma_ss<__nv_bfloat16, 64>(s, mma::advance_desc(q0, col), mma::advance_desc(k0, col), kk > 0);
   }
   mma::commit();
 }

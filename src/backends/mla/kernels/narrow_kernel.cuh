@@ -200,13 +200,13 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
 
     // O^T += V^T P^T: value block mt is the tile's column block mt, read MN-major.
     mma::fence();
+    const uint64_t v0 = mma::make_desc(s_k, nd::kKBlockBytes, 1024), p0 = mma::make_desc(s_p, 16, 1024);
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) {
 #pragma unroll
       for (int kk = 0; kk < kTileTokens / 16; ++kk) {
-        const uint64_t desc_v = mma::make_desc(s_k + mt * nd::kKBlockBytes + kk * 16 * 128, nd::kKBlockBytes, 1024);
-        const uint64_t desc_p = mma::make_desc(s_p + kk * 32, 16, 1024);
-        nd::wgmma_n_ta<kN>(o[mt], desc_v, desc_p);
+        nd::wgmma_n_ta<kN>(o[mt], mma::advance_desc(v0, mt * nd::kKBlockBytes + kk * 16 * 128),
+                           mma::advance_desc(p0, kk * 32));
       }
     }
     mma::commit();

@@ -119,12 +119,11 @@ __device__ __forceinline__ void wgmma_n_ta(float (&d)[kN / 2], uint64_t a, uint6
 // S^T's four k-steps over column block cb of the K tile; the first block's overwrites sc.
 template <int kN>
 __device__ __forceinline__ void s_block(float (&sc)[kN / 2], uint32_t s_k, uint32_t s_q, int cb, bool first) {
+  const uint64_t k0 = cuda::wgmma::make_desc(s_k + cb * kKBlockBytes, 16, 1024);
+  const uint64_t q0 = cuda::wgmma::make_desc(s_q + cb * kN * 128, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t desc_k = cuda::wgmma::make_desc(s_k + cb * kKBlockBytes + kk * 32, 16, 1024);
-    const uint64_t desc_q = cuda::wgmma::make_desc(s_q + cb * kN * 128 + kk * 32, 16, 1024);
-    wgmma_n<kN>(sc, desc_k, desc_q, !first || kk > 0);
-  }
+  for (int kk = 0; kk < 4; ++kk)
+    wgmma_n<kN>(sc, cuda::wgmma::advance_desc(k0, kk * 32), cuda::wgmma::advance_desc(q0, kk * 32), !first || kk > 0);
 }
 
 }  // namespace attnkit::mla::narrow_detail
