@@ -171,6 +171,10 @@ SHAPES: List[Shape] = [
     Shape("prefill varlen causal 4x4096 page 64", "prefill", [(0, 4096)] * 4, causal=True, page_size=64),
     Shape("prefill varlen full 4x4096 page 64", "prefill", [(0, 4096)] * 4, causal=False, page_size=64),
     Shape("chunked prefill 2048 on 30720 page 64", "prefill", [(30720, 2048)], causal=True, page_size=64),
+    Shape("prefill causal 1x16384 page 64", "prefill", [(0, 16384)], causal=True, page_size=64),
+    Shape("prefill full 1x16384 page 64", "prefill", [(0, 16384)], causal=False, page_size=64),
+    Shape("prefill full 1x8192 d64 page 64", "prefill", [(0, 8192)], causal=False, head_dim=64, page_size=64),
+    Shape("prefill full 1x8192 d256 page 64", "prefill", [(0, 8192)], causal=False, head_dim=256, page_size=64),
     # Pages of one slot (SGLang's token pool: rows gathered one by one) and an e4m3 cache.
     Shape("prefill causal 1x8192 page 1", "prefill", [(0, 8192)], causal=True, page_size=1),
     Shape("chunked prefill 2048 on 30720 page 1", "prefill", [(30720, 2048)], causal=True, page_size=1),
@@ -185,6 +189,9 @@ SHAPES: List[Shape] = [
     # (random.Random(16).sample(rows, 16)), and one prompt of their total length to compare with.
     Shape("prefill azure 16 prompts", "prefill", [(0, n) for n in AZURE_CONV_16], causal=True),
     Shape(f"prefill causal 1x{sum(AZURE_CONV_16)}", "prefill", [(0, sum(AZURE_CONV_16))], causal=True),
+    Shape("prefill azure 16 prompts page 64", "prefill", [(0, n) for n in AZURE_CONV_16], causal=True, page_size=64),
+    Shape(f"prefill causal 1x{sum(AZURE_CONV_16)} page 64", "prefill", [(0, sum(AZURE_CONV_16))], causal=True,
+          page_size=64),
     # Variants: FlexAttention's score_mod / mask_mod against attnkit's jit backend.
     Shape("decode 16x8192 alibi", "decode", [(8191, 1)] * 16, variant="alibi"),
     Shape("prefill causal 1x8192 alibi", "prefill", [(0, 8192)], causal=True, variant="alibi"),
