@@ -10,7 +10,7 @@
 # and timed), PEERS_ARGS (more run_peers.py options), REPLAY_REQUESTS and REPLAY_TIMEOUT (the
 # Mooncake replay's requests, 60, and seconds, 300).
 # Full logs go to ./out (or the folder the variable OUT names): device-check.log, tests.log, attnkit.json, peers.json,
-# summary.md, sanitizer.log, replay-cp.log, replay-hybrid.{json,log}, cp-decode-*.log (hosts of
+# summary.md, sanitizer.<tests>.<tool>.log, replay-cp.log, replay-hybrid.{json,log}, cp-decode-*.log (hosts of
 # several GPUs), flashinfer-aot.tar.xz (FlashInfer's
 # compiled modules, for reuse), and from the Python step pytest.log, pytest.xml, hf_generate.json,
 # accuracy.json, python_overhead*.json.
@@ -228,18 +228,36 @@ fi
 
 if [[ $sanitize == 1 ]]; then
   section "compute-sanitizer"
-  # Small shapes only: the standard conformance table of each GPU test binary.
-  for t in ${SANITIZE_TESTS:-$(ls "$test_dir" | grep -Ev '^(core|reference|conformance|tool)_tests$')}; do
+  # Small shapes only: each GPU test executable's conformance cases against `reference` (the
+  # filter a name; SANITIZE_FILTER replaces them all). A run where no test matched is a failure,
+  # not a clean result.
+  declare -A sanitize_filter=(
+    [planned_decode_tests]='*Standard*'
+    [cuda_naive_tests]='*Standard*'
+    [planned_prefill_tests]='*PlannedPrefill.MatchesReference/*'
+    [hopper_tests]='Cases/HopperExtend.*:HopperExtendGathered.*:HopperExtendFp8.*'
+    [mla_tests]='DeepSeek/MlaConformance.*'
+    [jit_tests]='Shapes/JitConformance.*'
+  )
+  for t in ${SANITIZE_TESTS:-${!sanitize_filter[@]}}; do
+    [[ -x "$test_dir/$t" ]] || { note "sanitizer $t: not built"; continue; }
+    filter="${SANITIZE_FILTER:-${sanitize_filter[$t]:-*Standard*}}"
     for tool_name in memcheck racecheck synccheck; do
       # synccheck's automatic count of cuda::barrier objects a block falls short of the decode
       # kernel's mbarriers ("overflow of tracked cuda::barrier structures"), and the run then fails.
       extra=()
       [[ $tool_name == synccheck ]] && extra=(--num-cuda-barriers 16384)
-      if compute-sanitizer --tool "$tool_name" "${extra[@]}" --error-exitcode 99 "$test_dir/$t" \
-          --gtest_filter="${SANITIZE_FILTER:-*Standard*}" >>"$out/sanitizer.log" 2>&1; then
-        note "sanitizer $tool_name $t: clean"
+      log="$out/sanitizer.$t.$tool_name.log"
+      compute-sanitizer --tool "$tool_name" "${extra[@]}" --error-exitcode 99 "$test_dir/$t" \
+          --gtest_filter="$filter" >"$log" 2>&1
+      rc=$?
+      ran=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$')
+      if [[ $rc == 0 && ${ran:-0} -gt 0 ]]; then
+        note "sanitizer $tool_name $t: clean over $ran tests"
+      elif [[ $rc == 0 ]]; then
+        note "sanitizer $tool_name $t: ran no test (filter $filter)"
       else
-        note "sanitizer $tool_name $t: ERRORS (see sanitizer.log)"
+        note "sanitizer $tool_name $t: ERRORS (see $(basename "$log"))"
       fi
     done
   done
