@@ -58,7 +58,7 @@ void HopperBackend::launch_extend(int layer, const planned::PrefillParams& p, cu
   const hopper::ExtendParams e = extend_params(p);
   // check_extend refused every call before the cache store where the maps were not made, but for an
   // e4m3 cache dequantised as it loads, which the kernel reads without them.
-  if (cache().config().dtype == DType::e4m3 && !e.fp8_products) {
+  if (pool_maps_.empty()) {
     hopper::launch_extend(e, {hopper::make_q_map(e), {}, {}}, stream);
     return;
   }

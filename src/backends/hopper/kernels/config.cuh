@@ -69,11 +69,20 @@ struct KernelConfig {
 constexpr int kTurnBarrier = 1;      // + consumer index; 256 threads: one waits, the other arrives
 constexpr int kConsumerBarrier = 3;  // + consumer index; 128 threads
 
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // The barriers in shared memory, from kBarrierOffset: Q full / empty, then per stage K full,
 // K empty, V full, V empty; with fp8 products then V^T full per stage (at vt_base).
 struct Barriers {
   uint32_t base;
   uint32_t vt_base;
+  // The barriers of a kernel of `stages` ring stages, from `base`.
+  __device__ __forceinline__ static Barriers at(uint32_t base, int stages) { return {base, base + 16 + 32 * stages}; }
   __device__ __forceinline__ uint32_t vt_full(int s) const { return vt_base + 8 * s; }
   __device__ __forceinline__ uint32_t q_full() const { return base; }
   __device__ __forceinline__ uint32_t q_empty() const { return base + 8; }

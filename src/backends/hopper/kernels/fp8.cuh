@@ -89,7 +89,7 @@ __device__ __forceinline__ void quantise_q(const SmemAddrs& sm, int index, int t
   }
   if (half == 0) reinterpret_cast<float*>(generic_smem(sm.q_scale))[row] = 1.0f / inv;
   ::attnkit::cuda::wgmma::fence_proxy_async();
-  asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumerBarrier + index), "r"(128) : "memory");
+  named_sync(kConsumerBarrier + index, 128);
 }
 
 }  // namespace attnkit::hopper

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                      base + C::kQBytes + 2 * C::kStages * C::kTileBytes,
                      base + C::kQ8Offset,
                      base + C::kQScaleOffset,
-                     Barriers{base + C::kBarrierOffset, base + C::kBarrierOffset + 16 + 32 * C::kStages}};
+                     Barriers::at(base + C::kBarrierOffset, C::kStages)};
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     tma::mbar_init(sm.bars.q_full(), 1);
