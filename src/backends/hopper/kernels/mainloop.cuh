@@ -182,13 +182,14 @@ struct Consumer {
       products(p, sm, t, slot.stage, &prev, prev_n0);
       release(sm.bars.k_empty(slot.stage));
       sx.cap_and_mask(s, n0, lane);
-      sx.update(s, corr);
+      const bool moved = sx.update(s, corr);
       softmax_before_wait(sx.l);
       wg::wait<0>();
       wg::fence_regs(o);
       wg::fence_regs(pa);
       release(sm.bars.v_empty(prev.stage));
-      scale_o(corr);
+      // Most tiles move no row's max (Softmax::kMaxSlack): the warp then skips O's rescale.
+      if (__any_sync(0xffffffffu, moved)) scale_o(corr);
       pack_p();
       prev = slot;
       prev_n0 = n0;
