@@ -129,7 +129,7 @@ TEST(HopperExtendGathered, MatchesReferenceOnPagesBoxesCouldTake) {
 }
 
 // An e4m3 cache multiplied on e4m3 tensor cores (`--hopper-fp8-products`): q is rounded to e4m3 a row
-// at a time (scaled so its largest |value| is e4m3's largest) and P to e4m3 (times 256), each a
+// at a time (scaled so its largest |value| is e4m3's largest) and P to e4m3 (times kPFactor, 16), each a
 // relative error of at most e4m3's unit roundoff u = 2^-4 an element, on top of the cache both sides
 // read the same. By the rule of default_tolerance (4u of the dtype that rounds), 4 x 2^-4: what the
 // harness allows, since the backend reports e4m3 as its products' dtype (products_dtype).

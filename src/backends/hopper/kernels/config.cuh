@@ -64,6 +64,12 @@ struct KernelConfig {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the register file");
 };
 
+// fp8 products: how far (log2 units) the softmax lets a row's max lag behind its scores, so P <=
+// 2^kFp8MaxSlack = 16, and the factor P is rounded to e4m3 with: P x kPFactor <= 256, within
+// e4m3's largest (448), and small probabilities kept out of its subnormals (fp8.cuh).
+constexpr float kFp8MaxSlack = 4.0f;
+constexpr float kPFactor = 16.0f;
+
 // Named barriers (id 0 is __syncthreads): the consumers' turns at the tensor cores, and each
 // consumer warpgroup's own.
 constexpr int kTurnBarrier = 1;      // + consumer index; 256 threads: one waits, the other arrives

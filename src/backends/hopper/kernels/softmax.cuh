@@ -21,8 +21,8 @@ struct Softmax {
   // then at most 2^kMaxSlack = 256 (bf16 and f16 hold it, O and l in f32 too), and O is rescaled
   // on the few tiles where a max moves, instead of on every tile. O / l and the LSE (m + log2 l)
   // are the same whichever m the sums were taken against. fp8 products round P x kPFactor to e4m3,
-  // whose largest value (448) leaves no slack: there the max moves on every rise.
-  static constexpr float kMaxSlack = C::kFp8 ? 0.0f : 8.0f;
+  // whose largest value is 448: a slack of 4 with kPFactor 16 (fp8.cuh).
+  static constexpr float kMaxSlack = C::kFp8 ? kFp8MaxSlack : 8.0f;
   int unmasked_lo, unmasked_hi;  // KV positions every row of the tile sees: tiles inside skip the mask
   int row_lo[2], row_hi[2];      // what each of this thread's rows sees
   bool soft_cap;
