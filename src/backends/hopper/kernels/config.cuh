@@ -17,6 +17,12 @@ enum class KvLoad {
                 // row at a time by the consumers, V transposed to V^T by producer warps 1-3
 };
 
+// Named barriers (id 0 is __syncthreads): the consumers' turns at the tensor cores (consumer i
+// waits on its own; the one before it in the ring arrives), and each consumer warpgroup's own.
+constexpr int kMaxConsumers = 3;
+constexpr int kTurnBarrier = 1;                              // + consumer index; 256 threads
+constexpr int kConsumerBarrier = kTurnBarrier + kMaxConsumers;  // + consumer index; 128 threads
+
 template <typename T_, int kHeadDim_, KvLoad kKvLoad_ = KvLoad::tma_boxes>
 struct KernelConfig {
   using T = T_;  // q, k, v (as the products read them) and out: bf16 or f16
@@ -26,15 +32,19 @@ struct KernelConfig {
   static constexpr bool kGather = kKvLoad == KvLoad::gather || kKvLoad == KvLoad::gather_e4m3;  // by 128 producer threads
   static constexpr bool kE4m3Kv = kKvLoad == KvLoad::gather_e4m3;
   static_assert(!kFp8 || kHeadDim_ == 128, "fp8 products at head dim 128 only");
-  static constexpr int kConsumers = 2;             // warpgroups of 64 rows: one wgmma M each
+  // Warpgroups of 64 rows (one wgmma M each), taking turns at the tensor cores. At d64 a tile's
+  // products take half as long as at d128 while its softmax does not shrink, so two warpgroups
+  // leave the tensor cores idle while both run softmaxes: three keep one at the products while the
+  // other two run theirs.
+  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;  // packed rows a tile (at most; see tile_rows)
   // Registers per consumer thread: S [64 x N] is N / 2 floats, O [64 x D] D / 2, P (bf16) N / 4:
   // d64 / d128 at N 128: 64 + 32..64 + 32 = 128..160; d256 at N 64: 32 + 128 + 16 = 176. All fit
   // kConsumerRegs with room for addresses and the softmax.
   static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
-  // Shared memory: Q [128 x D] + kStages x (K + V) [N x D], 2 bytes an element:
-  //   d64:  16 KB + 4 x 32 KB = 144 KB;  d128: 32 KB + 3 x 64 KB = 224 KB;
+  // Shared memory: Q [kBlockM x D] + kStages x (K + V) [N x D], 2 bytes an element:
+  //   d64:  24 KB + 4 x 32 KB = 152 KB;  d128: 32 KB + 3 x 64 KB = 224 KB;
   //   d256: 64 KB + 2 x 64 KB = 192 KB;  (227 KB is the most a CTA may have; one CTA an SM).
   static constexpr int kStages = kHeadDim == 64 ? 4 : kHeadDim == 128 ? 3 : 2;
   static constexpr int kColBlocks = kHeadDim / 64;  // Q's 128-byte (64-element) swizzled column blocks
@@ -52,9 +62,13 @@ struct KernelConfig {
   // loaded and dequantised) keeps two rows' addresses, or four rows' 16 bytes, in flight: 72 +
   // 2 x 216, except at d256, whose 64 x 256 O accumulator needs 224 a consumer: 56 + 2 x 224.
   // fp8: producer warps 1-3 transpose V a 4 x 4 block of bytes at a time: 56 + 2 x 224.
-  static constexpr int kConsumerRegs = kFp8 ? 224 : !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
+  // d64, three consumers (S 64 + O 32 + P 32 registers): 32 + 3 x 160 = 512 with TMA boxes,
+  // 56 + 3 x 152 = 512 gathering.
+  static constexpr int kRegsPerRow = kConsumers == 3 ? 512 : 504;  // of the 65536 / 128 = 512
+  static constexpr int kConsumerRegs = kConsumers == 3 ? (kGather ? 152 : 160)
+                                       : kFp8 ? 224 : !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
   static constexpr int kTransposeThreads = 96;  // fp8: producer warps 1-3, each arriving on V^T full
-  static constexpr int kProducerRegs = 504 - 2 * kConsumerRegs;
+  static constexpr int kProducerRegs = kRegsPerRow - kConsumers * kConsumerRegs;
   // Arrivals that complete a K or V stage: the TMA path's one expect-tx arrival (then the bytes),
   // or each of the producer warpgroup's 128 threads once its own rows have landed.
   static constexpr int kFullArrivals = kGather ? 128 : 1;
@@ -62,6 +76,8 @@ struct KernelConfig {
   static_assert(kHeadDim % 64 == 0, "head dims 64, 128, 256");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit an SM's shared memory");
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the register file");
+  static_assert(kProducerRegs >= 24 && kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg's counts");
+  static_assert(kConsumers <= kMaxConsumers, "a turn barrier a consumer");
 };
 
 // fp8 products: how far (log2 units) the softmax lets a row's max lag behind its scores, so P <=
@@ -69,11 +85,6 @@ struct KernelConfig {
 // e4m3's largest (448), and small probabilities kept out of its subnormals (fp8.cuh).
 constexpr float kFp8MaxSlack = 4.0f;
 constexpr float kPFactor = 16.0f;
-
-// Named barriers (id 0 is __syncthreads): the consumers' turns at the tensor cores, and each
-// consumer warpgroup's own.
-constexpr int kTurnBarrier = 1;      // + consumer index; 256 threads: one waits, the other arrives
-constexpr int kConsumerBarrier = 3;  // + consumer index; 128 threads
 
 // The barriers in shared memory, from kBarrierOffset: Q full / empty, then per stage K full,
 // K empty, V full, V empty; with fp8 products then V^T full per stage (at vt_base).
