@@ -46,12 +46,14 @@ WAIT_PV = 'WARPGROUP.DEPBAR.LE gsb0, 0x0'
 KNOWN_LIMITS = {
     256: 'the 64 x 256 f32 O accumulator leaves few registers: 12 bytes spill outside the consumer loop '
          '(4 local-memory instructions), none inside it; with an e4m3 cache the dequantising producer '
-         '(56 registers) spills 10 more',
-    64: 'three consumer warpgroups of 160 registers (S 64 + O 32 + P 32 live across the products): '
-        '12 bytes spill, reloaded once a tile for the Q tile\'s descriptor; gathering, 56-64 bytes',
+         '(56 registers) spills 10 more'
 }
-# The same by instantiation (a pattern of the mangled name, and why); none at present.
-KNOWN_LIMITS_BY_NAME = []
+# The same by instantiation (a pattern of the mangled name, and why).
+KNOWN_LIMITS_BY_NAME = [
+    (re.compile(r'Li64ELNS0_6KvLoadE0E'),
+     'd64 with TMA boxes: three consumer warpgroups of 160 registers (S 64 + O 32 + P 32 live across the '
+     'products): 12 bytes spill, reloaded once a tile for the Q tile\'s descriptor'),
+]
 GMMA = re.compile(r'\b[HQ]GMMA\b')
 
 

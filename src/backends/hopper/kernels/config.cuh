@@ -6,16 +6,9 @@
 
 #include <cstdint>
 
-namespace attnkit::hopper {
+#include "backends/hopper/kernels/extend.h"  // KvLoad
 
-// The producer's ways of filling a K/V stage (producer.cuh).
-enum class KvLoad {
-  tma_boxes,    // TMA boxes of whole page pieces: pages of 8 slots or more
-  gather,       // rows copied with cp.async by the producer warpgroup: any page size
-  gather_e4m3,  // rows of an e4m3 cache loaded by the producer warpgroup, dequantised to T, stored
-  tma_fp8,      // an e4m3 cache's raw bytes as TMA boxes, the products on e4m3 (d128): q quantised a
-                // row at a time by the consumers, V transposed to V^T by producer warps 1-3
-};
+namespace attnkit::hopper {
 
 // Named barriers (id 0 is __syncthreads): the consumers' turns at the tensor cores (consumer i
 // waits on its own; the one before it in the ring arrives), and each consumer warpgroup's own.
@@ -35,8 +28,9 @@ struct KernelConfig {
   // Warpgroups of 64 rows (one wgmma M each), taking turns at the tensor cores. At d64 a tile's
   // products take half as long as at d128 while its softmax does not shrink, so two warpgroups
   // leave the tensor cores idle while both run softmaxes: three keep one at the products while the
-  // other two run theirs.
-  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;
+  // other two run theirs. Not where the producer gathers: it needs the registers (at 152 a
+  // consumer, ptxas serialises the products).
+  static constexpr int kConsumers = kHeadDim == 64 && !kGather ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;  // packed rows a tile (at most; see tile_rows)
   // Registers per consumer thread: S [64 x N] is N / 2 floats, O [64 x D] D / 2, P (bf16) N / 4:
@@ -62,10 +56,9 @@ struct KernelConfig {
   // loaded and dequantised) keeps two rows' addresses, or four rows' 16 bytes, in flight: 72 +
   // 2 x 216, except at d256, whose 64 x 256 O accumulator needs 224 a consumer: 56 + 2 x 224.
   // fp8: producer warps 1-3 transpose V a 4 x 4 block of bytes at a time: 56 + 2 x 224.
-  // d64, three consumers (S 64 + O 32 + P 32 registers): 32 + 3 x 160 = 512 with TMA boxes,
-  // 56 + 3 x 152 = 512 gathering.
+  // d64's three consumers (S 64 + O 32 + P 32 registers): 32 + 3 x 160 = 512.
   static constexpr int kRegsPerRow = kConsumers == 3 ? 512 : 504;  // of the 65536 / 128 = 512
-  static constexpr int kConsumerRegs = kConsumers == 3 ? (kGather ? 152 : 160)
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160
                                        : kFp8 ? 224 : !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
   static constexpr int kTransposeThreads = 96;  // fp8: producer warps 1-3, each arriving on V^T full
   static constexpr int kProducerRegs = kRegsPerRow - kConsumers * kConsumerRegs;
