@@ -33,14 +33,17 @@ struct KernelConfig {
   static constexpr int kConsumers = kHeadDim == 64 && !kGather ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kBlockM = 64 * kConsumers;  // packed rows a tile (at most; see tile_rows)
+  // d128 with 16-bit TMA boxes takes K/V tiles of 192 tokens: a tile's fixed costs (waits, turns,
+  // the rescale of O, descriptors) spread over 1.5x the products. Pages of 64 and less divide it.
+  static constexpr bool kWide = kHeadDim == 128 && kKvLoad == KvLoad::tma_boxes;
   // Registers per consumer thread: S [64 x N] is N / 2 floats, O [64 x D] D / 2, P (bf16) N / 4:
-  // d64 / d128 at N 128: 64 + 32..64 + 32 = 128..160; d256 at N 64: 32 + 128 + 16 = 176. All fit
-  // kConsumerRegs with room for addresses and the softmax.
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  // d64 / d128 at N 128: 64 + 32..64 + 32 = 128..160; d128 at N 192: 96 + 64 + 48 = 208; d256 at
+  // N 64: 32 + 128 + 16 = 176. All fit kConsumerRegs with room for addresses and the softmax.
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : kWide ? 192 : 128;
   // Shared memory: Q [kBlockM x D] + kStages x (K + V) [N x D], 2 bytes an element:
-  //   d64:  24 KB + 4 x 32 KB = 152 KB;  d128: 32 KB + 3 x 64 KB = 224 KB;
-  //   d256: 64 KB + 2 x 64 KB = 192 KB;  (227 KB is the most a CTA may have; one CTA an SM).
-  static constexpr int kStages = kHeadDim == 64 ? 4 : kHeadDim == 128 ? 3 : 2;
+  //   d64:  24 KB + 4 x 32 KB = 152 KB;  d128: 32 KB + 3 x 64 KB = 224 KB, at N 192 32 KB + 2 x
+  //   96 KB = 224 KB; d256: 64 KB + 2 x 64 KB = 192 KB;  (227 KB is the most a CTA may have).
+  static constexpr int kStages = kHeadDim == 64 ? 4 : kHeadDim == 128 && !kWide ? 3 : 2;
   static constexpr int kColBlocks = kHeadDim / 64;  // Q's 128-byte (64-element) swizzled column blocks
   static constexpr int kKvColBlocks = kFp8 ? 1 : kColBlocks;  // a K/V row's: an e4m3 row is 128 bytes
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -56,10 +59,11 @@ struct KernelConfig {
   // loaded and dequantised) keeps two rows' addresses, or four rows' 16 bytes, in flight: 72 +
   // 2 x 216, except at d256, whose 64 x 256 O accumulator needs 224 a consumer: 56 + 2 x 224.
   // fp8: producer warps 1-3 transpose V a 4 x 4 block of bytes at a time: 56 + 2 x 224.
-  // d64's three consumers (S 64 + O 32 + P 32 registers): 32 + 3 x 160 = 512.
+  // d64's three consumers (S 64 + O 32 + P 32 registers): 32 + 3 x 160 = 512. N 192: 24 + 2 x
+  // 240 (the TMA producer's loop fits 24).
   static constexpr int kRegsPerRow = kConsumers == 3 ? 512 : 504;  // of the 65536 / 128 = 512
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160
-                                       : kFp8 ? 224 : !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
+                                       : kWide ? 240 : kFp8 ? 224 : !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
   static constexpr int kTransposeThreads = 96;  // fp8: producer warps 1-3, each arriving on V^T full
   static constexpr int kProducerRegs = kRegsPerRow - kConsumers * kConsumerRegs;
   // Arrivals that complete a K or V stage: the TMA path's one expect-tx arrival (then the bytes),
@@ -78,6 +82,10 @@ struct KernelConfig {
 // e4m3's largest (448), and small probabilities kept out of its subnormals (fp8.cuh).
 constexpr float kFp8MaxSlack = 4.0f;
 constexpr float kPFactor = 16.0f;
+
+// The most rows a K/V TMA box holds (a page piece): every tile size is a multiple of it, so a
+// page of more slots is cut into boxes that tile a K/V tile exactly (extend.cu's maps use it too).
+constexpr int kMaxBoxRows = 64;
 
 // The barriers in shared memory, from kBarrierOffset: Q full / empty, then per stage K full,
 // K empty, V full, V empty; with fp8 products then V^T full per stage (at vt_base).

@@ -87,12 +87,10 @@ int extend_block_m(int head_dim, KvLoad load) {
 
 cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,
                               int page_size) {
-  int block_n = 0;  // the same for the 16-bit and the fp8 kernels of a head dim
-  with_config(head_dim, DType::bf16, KvLoad::tma_boxes, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
   const int64_t row = int64_t{head_dim} * static_cast<int64_t>(dtype_size(dtype));
   const int box_width = static_cast<int>(128 / dtype_size(dtype));  // 128 bytes
   return cuda::make_tensor_map("hopper kv pool", dtype, pool, {head_dim, num_kv_heads, num_slots},
-                               {row, row * num_kv_heads}, {box_width, 1, page_size < block_n ? page_size : block_n});
+                               {row, row * num_kv_heads}, {box_width, 1, page_size < kMaxBoxRows ? page_size : kMaxBoxRows});
 }
 
 cuda::TensorMap make_q_map(const ExtendParams& p) {

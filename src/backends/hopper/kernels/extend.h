@@ -33,7 +33,7 @@ enum class KvLoad {
 
 // Q [num_tokens, num_qo_heads, D] as 4-D (D, group, kv_heads, tokens): one box is the tile's
 // tokens x group rows of one KV head. K and V pools [num_slots, kv_heads, D] as 3-D: one box is
-// min(page_size, kBlockN) slots of one page and head. Boxes are 128 bytes wide (64 16-bit elements,
+// min(page_size, kMaxBoxRows = 64) slots of one page and head. Boxes are 128 bytes wide (64 16-bit elements,
 // or 128 e4m3 bytes), 128-byte swizzled: the layout wgmma reads.
 struct ExtendMaps {
   cuda::TensorMap q, k, v;

@@ -1,7 +1,7 @@
 // The `hopper` extend kernel's producer: the first warpgroup. Per tile: Q once with the TMA (one
 // box a column block: tokens x group rows), then each K and V tile into the next ring stage as soon
 // as the consumers have released it, K one tile ahead of V. Pages of 8 slots or more: one warp
-// issues TMA boxes of min(page_size, kBlockN) tokens, a box a lane, the page table read two tiles
+// issues TMA boxes of min(page_size, kMaxBoxRows) tokens, a box a lane, the page table read two tiles
 // ahead, completion counted in bytes on the stage's full barrier. Smaller pages (or when asked): all 128 threads
 // gather rows with cp.async, each arriving on the full barrier when its copies land. An e4m3 cache:
 // all 128 threads load rows, dequantise them to T and store them, each arriving once it has
@@ -25,12 +25,12 @@ struct SmemAddrs {
 };
 
 // The boxes that carry tile tokens [n0, n0 + kBlockN) below kv_hi, and the rows they fill: at
-// most kBlockN / 8 = 16 boxes (pages of 8 slots or more), one a lane.
+// most kBlockN / 8 = 24 boxes (pages of 8 slots or more), one a lane.
 template <typename C>
 struct KvBoxes {
   int rows, count;
   __device__ __forceinline__ KvBoxes(const ExtendParams& p, const Tile& t, int n0) {
-    rows = min(p.page_size, C::kBlockN);
+    rows = min(p.page_size, kMaxBoxRows);
     count = (min(C::kBlockN, t.kv_hi - n0) + rows - 1) / rows;
   }
   __device__ __forceinline__ uint32_t bytes() const { return static_cast<uint32_t>(count * rows * 128 * C::kKvColBlocks); }
