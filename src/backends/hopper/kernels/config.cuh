@@ -69,6 +69,7 @@ struct KernelConfig {
 // e4m3's largest (448), and small probabilities kept out of its subnormals (fp8.cuh).
 constexpr float kFp8MaxSlack = 4.0f;
 constexpr float kPFactor = 16.0f;
+constexpr float kLog2PFactor = 4.0f;  // the softmax takes the factor into P's exponent (no multiply)
 
 // Named barriers (id 0 is __syncthreads): the consumers' turns at the tensor cores, and each
 // consumer warpgroup's own.
