@@ -82,6 +82,7 @@ struct KernelConfig {
 // e4m3's largest (448), and small probabilities kept out of its subnormals (fp8.cuh).
 constexpr float kFp8MaxSlack = 4.0f;
 constexpr float kPFactor = 16.0f;
+constexpr float kLog2PFactor = 4.0f;  // the softmax takes the factor into P's exponent (no multiply)
 
 // The most rows a K/V TMA box holds (a page piece): every tile size is a multiple of it, so a
 // page of more slots is cut into boxes that tile a K/V tile exactly (extend.cu's maps use it too).

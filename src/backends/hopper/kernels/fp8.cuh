@@ -6,8 +6,9 @@
 // scale a row (448 / the row's largest |q|: the row's largest value becomes e4m3's largest), and
 // the softmax takes the row's descale times k_scale into its logit scale. P is rounded to e4m3
 // times kPFactor (P <= 2^kFp8MaxSlack: the softmax lets a row's max lag by that much; the factor
-// keeps small probabilities out of e4m3's subnormals while P x kPFactor stays within 448) and O is
-// divided by it with v_scale at the end.
+// keeps small probabilities out of e4m3's subnormals while P x kPFactor stays within 448), taken
+// into P's exponent; the row sums carry it too, so it cancels, and O is multiplied by v_scale at
+// the end.
 #pragma once
 
 #include <array>

@@ -95,7 +95,7 @@ struct Consumer {
 
   __device__ __forceinline__ void pack_p() {
     if constexpr (C::kFp8) {
-      ::attnkit::cuda::wgmma::pack_p_e4m3(s, kPFactor, pa);
+      ::attnkit::cuda::wgmma::pack_p_e4m3(s, 1.0f, pa);  // S holds P x kPFactor already (Softmax::update)
     } else {
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
