@@ -66,9 +66,13 @@ struct KernelConfig {
                                        : kWide ? 240 : kFp8 ? 224 : !kGather ? 232 : kHeadDim == 256 ? 224 : 216;
   static constexpr int kTransposeThreads = 96;  // fp8: producer warps 1-3, each arriving on V^T full
   static constexpr int kProducerRegs = kRegsPerRow - kConsumers * kConsumerRegs;
-  // Arrivals that complete a K or V stage: the TMA path's one expect-tx arrival (then the bytes),
+  // Producer warps that issue the K/V boxes (each a share of a tile's boxes, one a lane): all
+  // four, so that the copies of small pages (16 boxes a tile at page 16) go out from four warp
+  // schedulers at once; one with fp8 products, whose warps 1-3 transpose V.
+  static constexpr int kTmaWarps = kFp8 ? 1 : 4;
+  // Arrivals that complete a K or V stage: an expect-tx arrival of each TMA warp (then the bytes),
   // or each of the producer warpgroup's 128 threads once its own rows have landed.
-  static constexpr int kFullArrivals = kGather ? 128 : 1;
+  static constexpr int kFullArrivals = kGather ? 128 : kTmaWarps;
 
   static_assert(kHeadDim % 64 == 0, "head dims 64, 128, 256");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit an SM's shared memory");

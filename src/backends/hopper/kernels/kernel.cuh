@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (warpgroup == 0) {
     lower_registers<C::kProducerRegs>();
-    if (C::kGather || threadIdx.x < 32) {
+    if (C::kGather || threadIdx.x < 32 * C::kTmaWarps) {
       produce<C>(maps, p, sm, static_cast<int>(threadIdx.x));
     } else if constexpr (C::kFp8) {
       transpose_v_tiles<C>(p, sm, static_cast<int>(threadIdx.x) - 32);
