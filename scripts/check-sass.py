@@ -48,8 +48,16 @@ KNOWN_LIMITS = {
          '(4 local-memory instructions), none inside it; with an e4m3 cache the dequantising producer '
          '(56 registers) spills 10 more'
 }
-# The same by instantiation (a pattern of the mangled name, and why); none at present.
-KNOWN_LIMITS_BY_NAME = []
+# The same by instantiation (a pattern of the mangled name, and why).
+KNOWN_LIMITS_BY_NAME = [
+    (re.compile(r'Li64ELNS0_6KvLoadE0E'),
+     'd64 with TMA boxes: three consumer warpgroups of 160 registers (S 64 + O 32 + P 32 live across the '
+     'products): 12 bytes spill, reloaded once a tile for the Q tile\'s descriptor'),
+    (re.compile(r'Li128ELNS0_6KvLoadE0E'),
+     'd128 with 192-token tiles: 240 registers a consumer hold S 96 + O 64 + P 48: five 8-byte values '
+     'spill outside the turn and reload once a tile; the 24-register TMA producer spills its page-table '
+     'state (8 bytes a tile)'),
+]
 GMMA = re.compile(r'\b[HQ]GMMA\b')
 
 

@@ -285,6 +285,12 @@ TEST(PtxWgmma, ProductsOfOneHundredTwentyEightKeysAndValues) {
   check_wgmma<128, 128>();
 }
 
+// The `hopper` d128 kernel's tiles of 192 keys: S on m64n192k16.
+TEST(PtxWgmma, ProductsOfOneHundredNinetyTwoKeys) {
+  SKIP_WITHOUT_HOPPER();
+  check_wgmma<192, 128>();
+}
+
 // ---------------------------------------------------------------------------------------------
 // setmaxnreg: warpgroup 0 gives registers back, warpgroups 1 and 2 take them (the `hopper`
 // kernel's split); each then computes what it would have without the move.

@@ -9,6 +9,11 @@ namespace attnkit {
 
 namespace {
 
+// Whether the fp8 products serve this cache (asked for, and the cache allows them).
+bool fp8_products_serve(const BackendOptions& options, const KvCacheConfig& c) {
+  return options.hopper_fp8_products && hopper::why_no_fp8_products(c.dtype, c.head_dim_k, c.page_size).empty();
+}
+
 int prefill_rows(const BackendContext& context) {
   const std::string why = cuda::why_not_hopper();
   ATTNKIT_CHECK(why.empty(), "hopper: ", why);
@@ -20,7 +25,11 @@ int prefill_rows(const BackendContext& context) {
   // A head dim the kernel lacks plans no extend tiles; the plan's validation refuses the batch.
   const auto& dims = hopper::Support::head_dims;
   if (std::find(dims.begin(), dims.end(), c.head_dim_k) == dims.end()) return 0;
-  return hopper::tile_rows(hopper::extend_block_m(c.head_dim_k), s.num_qo_heads / c.num_kv_heads);
+  // The rows of the kernel launch_extend will pick (kv_load's rule, as extend_params sets it).
+  const hopper::KvLoad load = hopper::kv_load(c.dtype, c.page_size,
+                                              context.options.hopper_kv_load == BackendOptions::HopperKvLoad::gather,
+                                              fp8_products_serve(context.options, c));
+  return hopper::tile_rows(hopper::extend_block_m(c.head_dim_k, load), s.num_qo_heads / c.num_kv_heads);
 }
 
 }  // namespace
@@ -29,7 +38,7 @@ HopperBackend::HopperBackend(const BackendContext& context) : PlannedBackend(con
   const KvCacheConfig& c = cache().config();
   // An e4m3 cache dequantised as it loads is read row by row (no maps); multiplied on e4m3 tensor
   // cores it comes as TMA boxes of its raw bytes; a 16-bit one the kernel serves gets its pools' maps.
-  fp8_products_ = options().hopper_fp8_products && hopper::why_no_fp8_products(c.dtype, c.head_dim_k, c.page_size).empty();
+  fp8_products_ = fp8_products_serve(options(), c);
   const hopper::KernelKey key{c.head_dim_k, c.dtype == DType::e4m3 ? DType::bf16 : c.dtype, c.dtype};
   if ((c.dtype == DType::e4m3 && !fp8_products_) ||
       !hopper::why_unsupported(key, c.page_size, model().layer(0).num_qo_heads / c.num_kv_heads).empty())

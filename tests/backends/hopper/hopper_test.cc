@@ -129,7 +129,7 @@ TEST(HopperExtendGathered, MatchesReferenceOnPagesBoxesCouldTake) {
 }
 
 // An e4m3 cache multiplied on e4m3 tensor cores (`--hopper-fp8-products`): q is rounded to e4m3 a row
-// at a time (scaled so its largest |value| is e4m3's largest) and P to e4m3 (times 256), each a
+// at a time (scaled so its largest |value| is e4m3's largest) and P to e4m3 (times kPFactor, 16), each a
 // relative error of at most e4m3's unit roundoff u = 2^-4 an element, on top of the cache both sides
 // read the same. By the rule of default_tolerance (4u of the dtype that rounds), 4 x 2^-4: what the
 // harness allows, since the backend reports e4m3 as its products' dtype (products_dtype).
@@ -197,6 +197,26 @@ TEST(HopperSupport, TilesHoldWholeTokens) {
   EXPECT_EQ(hopper::tile_rows(128, 4), 128);
   EXPECT_EQ(hopper::tile_rows(128, 7), 126);
   EXPECT_EQ(hopper::tile_rows(128, 128), 128);
+}
+
+// How K/V load follows the cache and the options, and the plan's rows the kernel it picks: at d64
+// with TMA boxes three consumer warpgroups (192 rows), gathering two (128); the others 128.
+TEST(HopperSupport, TileRowsFollowTheKernelsLoad) {
+  using hopper::KvLoad;
+  EXPECT_EQ(hopper::kv_load(DType::bf16, 64, false, false), KvLoad::tma_boxes);
+  EXPECT_EQ(hopper::kv_load(DType::f16, 8, false, false), KvLoad::tma_boxes);
+  EXPECT_EQ(hopper::kv_load(DType::bf16, 4, false, false), KvLoad::gather);
+  EXPECT_EQ(hopper::kv_load(DType::bf16, 64, true, false), KvLoad::gather);
+  EXPECT_EQ(hopper::kv_load(DType::e4m3, 64, false, false), KvLoad::gather_e4m3);
+  EXPECT_EQ(hopper::kv_load(DType::e4m3, 64, false, true), KvLoad::tma_fp8);
+  EXPECT_EQ(hopper::extend_block_m(64, KvLoad::tma_boxes), 192);
+  EXPECT_EQ(hopper::extend_block_m(64, KvLoad::gather), 128);
+  EXPECT_EQ(hopper::extend_block_m(64, KvLoad::gather_e4m3), 128);
+  EXPECT_EQ(hopper::extend_block_m(128, KvLoad::tma_boxes), 128);
+  EXPECT_EQ(hopper::extend_block_m(128, KvLoad::tma_fp8), 128);
+  EXPECT_EQ(hopper::extend_block_m(256, KvLoad::tma_boxes), 128);
+  EXPECT_EQ(hopper::tile_rows(192, 4), 192);
+  EXPECT_EQ(hopper::tile_rows(192, 7), 189);
 }
 
 // The launcher's own checks, before any CUDA call: what the capabilities cannot say.

@@ -60,13 +60,6 @@ void with_config(int head_dim, DType dtype, KvLoad load, Fn&& fn) {
   }
 }
 
-// An e4m3 cache is dequantised row by row; 16-bit pages under Support::min_tma_page_size slots (or
-// any, when asked) are gathered; larger ones come as TMA boxes.
-KvLoad kv_load(const ExtendParams& p) {
-  if (p.kv_dtype == DType::e4m3) return p.fp8_products ? KvLoad::tma_fp8 : KvLoad::gather_e4m3;
-  return p.gather_kv || p.page_size < Support::min_tma_page_size ? KvLoad::gather : KvLoad::tma_boxes;
-}
-
 template <typename C>
 void launch_config(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream) {
   static cuda::SmemOptIn smem_opt_in;  // past 48 KB, once a device
@@ -81,20 +74,23 @@ void launch_config(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t s
 
 }  // namespace
 
-int extend_block_m(int head_dim) {
+KvLoad kv_load(DType kv_dtype, int page_size, bool gather_asked, bool fp8_products) {
+  if (kv_dtype == DType::e4m3) return fp8_products ? KvLoad::tma_fp8 : KvLoad::gather_e4m3;
+  return gather_asked || page_size < Support::min_tma_page_size ? KvLoad::gather : KvLoad::tma_boxes;
+}
+
+int extend_block_m(int head_dim, KvLoad load) {
   int rows = 0;
-  with_config(head_dim, DType::bf16, KvLoad::tma_boxes, [&](auto cfg) { rows = decltype(cfg)::kBlockM; });
+  with_config(head_dim, DType::bf16, load, [&](auto cfg) { rows = decltype(cfg)::kBlockM; });
   return rows;
 }
 
 cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,
                               int page_size) {
-  int block_n = 0;  // the same for the 16-bit and the fp8 kernels of a head dim
-  with_config(head_dim, DType::bf16, KvLoad::tma_boxes, [&](auto cfg) { block_n = decltype(cfg)::kBlockN; });
   const int64_t row = int64_t{head_dim} * static_cast<int64_t>(dtype_size(dtype));
   const int box_width = static_cast<int>(128 / dtype_size(dtype));  // 128 bytes
   return cuda::make_tensor_map("hopper kv pool", dtype, pool, {head_dim, num_kv_heads, num_slots},
-                               {row, row * num_kv_heads}, {box_width, 1, page_size < block_n ? page_size : block_n});
+                               {row, row * num_kv_heads}, {box_width, 1, page_size < kMaxBoxRows ? page_size : kMaxBoxRows});
 }
 
 cuda::TensorMap make_q_map(const ExtendParams& p) {
@@ -104,6 +100,8 @@ cuda::TensorMap make_q_map(const ExtendParams& p) {
   return cuda::make_tensor_map("hopper q", p.q_dtype, p.q, {d, group, p.num_kv_heads, p.num_tokens},
                                {row, row * group, row * p.num_qo_heads}, {64, group, 1, p.tile_rows / group});
 }
+
+KvLoad kv_load(const ExtendParams& p) { return kv_load(p.kv_dtype, p.page_size, p.gather_kv, p.fp8_products); }
 
 void check_extend_params(const ExtendParams& p) {
   auto fail = [](auto&&... parts) { throw Error(detail::concat("hopper extend: ", parts...)); };
@@ -126,9 +124,8 @@ void check_extend_params(const ExtendParams& p) {
              ") with ", dtype_name(p.q_dtype), " q, got ", scale, " (planned serves it)");
     }
   }
-  if (p.tile_rows != tile_rows(extend_block_m(p.head_dim_qk), p.num_qo_heads / p.num_kv_heads))
-    fail("the plan's tiles have ", p.tile_rows, " rows, the kernel's ",
-         tile_rows(extend_block_m(p.head_dim_qk), p.num_qo_heads / p.num_kv_heads));
+  const int rows = tile_rows(extend_block_m(p.head_dim_qk, kv_load(p)), p.num_qo_heads / p.num_kv_heads);
+  if (p.tile_rows != rows) fail("the plan's tiles have ", p.tile_rows, " rows, the kernel's ", rows);
   planned::check_prefill_params(p);  // the heads, the scale and the pointers
 }
 

@@ -22,16 +22,30 @@ struct ExtendParams : planned::PrefillParams {
   bool fp8_products = false;
 };
 
+// The producer's ways of filling a K/V stage (producer.cuh).
+enum class KvLoad {
+  tma_boxes,    // TMA boxes of whole page pieces: pages of 8 slots or more
+  gather,       // rows copied with cp.async by the producer warpgroup: any page size
+  gather_e4m3,  // rows of an e4m3 cache loaded by the producer warpgroup, dequantised to T, stored
+  tma_fp8,      // an e4m3 cache's raw bytes as TMA boxes, the products on e4m3 (d128): q quantised a
+                // row at a time by the consumers, V transposed to V^T by producer warps 1-3
+};
+
 // Q [num_tokens, num_qo_heads, D] as 4-D (D, group, kv_heads, tokens): one box is the tile's
 // tokens x group rows of one KV head. K and V pools [num_slots, kv_heads, D] as 3-D: one box is
-// min(page_size, kBlockN) slots of one page and head. Boxes are 128 bytes wide (64 16-bit elements,
+// min(page_size, kMaxBoxRows = 64) slots of one page and head. Boxes are 128 bytes wide (64 16-bit elements,
 // or 128 e4m3 bytes), 128-byte swizzled: the layout wgmma reads.
 struct ExtendMaps {
   cuda::TensorMap q, k, v;
 };
 
-// The q tile of this head dim (the planner's rows: tile_rows(block_m, group)).
-int extend_block_m(int head_dim);
+// How the kernel loads K/V (config.cuh's KvLoad): an e4m3 cache dequantised row by row, or as TMA
+// boxes of raw bytes with fp8 products; 16-bit pages under Support::min_tma_page_size slots (or
+// any, when asked) gathered; larger ones as TMA boxes.
+KvLoad kv_load(DType kv_dtype, int page_size, bool gather_asked, bool fp8_products);
+KvLoad kv_load(const ExtendParams& p);
+// The q tile of this head dim and load (the planner's rows: tile_rows(block_m, group)).
+int extend_block_m(int head_dim, KvLoad load);
 // One layer's K or V pool [num_slots, num_kv_heads, head_dim] in `dtype`: made once, the pools
 // do not move. Q's map is made for each call (q_map), q being another tensor every time.
 cuda::TensorMap make_pool_map(const void* pool, DType dtype, int head_dim, int num_kv_heads, int64_t num_slots,

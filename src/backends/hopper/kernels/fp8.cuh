@@ -5,8 +5,10 @@
 // unmoved). Each consumer warpgroup quantises its 64 rows of q to e4m3 when the Q tile lands, a
 // scale a row (448 / the row's largest |q|: the row's largest value becomes e4m3's largest), and
 // the softmax takes the row's descale times k_scale into its logit scale. P is rounded to e4m3
-// times kPFactor (P <= 1, so the factor keeps small probabilities out of e4m3's subnormals) and O
-// is divided by it with v_scale at the end.
+// times kPFactor (P <= 2^kFp8MaxSlack: the softmax lets a row's max lag by that much; the factor
+// keeps small probabilities out of e4m3's subnormals while P x kPFactor stays within 448), taken
+// into P's exponent; the row sums carry it too, so it cancels, and O is multiplied by v_scale at
+// the end.
 #pragma once
 
 #include <array>
@@ -16,7 +18,6 @@
 
 namespace attnkit::hopper {
 
-constexpr float kPFactor = 256.0f;
 constexpr float kE4m3Max = 448.0f;
 
 __device__ __forceinline__ unsigned char* generic_smem(uint32_t addr) {

@@ -1,5 +1,6 @@
 // The `hopper` extend kernel: warp-specialised, persistent. Warpgroup 0 is the producer (one warp
-// issues every TMA copy, or with kGather all four gather K/V rows; producer.cuh), warpgroups 1 and 2 the consumers (wgmma and the softmax,
+// issues every TMA copy, or with kGather all four gather K/V rows; producer.cuh), warpgroups 1 to
+// kConsumers the consumers (wgmma and the softmax,
 // mainloop.cuh / softmax.cuh, then epilogue.cuh). setmaxnreg moves registers from the producer to
 // the consumers; full / empty mbarriers per ring stage order them; named barriers give the
 // consumers turns at the tensor cores. The tile sequence is scheduler.cuh's.
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (warpgroup == 0) {
     lower_registers<C::kProducerRegs>();
-    if (C::kGather || threadIdx.x < 32) {
+    if (C::kGather || threadIdx.x < 32 * C::kTmaWarps) {
       produce<C>(maps, p, sm, static_cast<int>(threadIdx.x));
     } else if constexpr (C::kFp8) {
       transpose_v_tiles<C>(p, sm, static_cast<int>(threadIdx.x) - 32);
@@ -54,8 +55,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   c.index = warpgroup - 1;
   c.warp = (threadIdx.x / 32) % 4;
   c.lane = threadIdx.x % 32;
-  // The first turn at the tensor cores is consumer 0's.
-  if (c.index == 1) named_arrive(kTurnBarrier + 0, 256);
+  // The first turn at the tensor cores is consumer 0's: the last consumer, its predecessor in the
+  // ring, opens it.
+  if (c.index == C::kConsumers - 1) named_arrive(kTurnBarrier + 0, 256);
   int tiles_done = 0, kv_done = 0;
   for (int w = blockIdx.x; w < num_work(p); w += gridDim.x) {
     Tile t;

@@ -1,6 +1,6 @@
 // The `hopper` extend kernel's consumers: each warpgroup owns 64 of the tile's rows and walks the
-// K/V ring. Per K/V tile j, in its turn at the tensor cores (the other warpgroup meanwhile runs
-// its softmax): issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}; hand the turn over; wait for S_j
+// K/V ring. Per K/V tile j, in its turn at the tensor cores (the others meanwhile run their
+// softmaxes; turns go round the warpgroups in index order): issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}; hand the turn over; wait for S_j
 // only, run the softmax of S_j while the PV product still runs, then wait for it, rescale O and
 // pack P_j. S and O stay in registers; P goes from registers straight into the next product.
 #pragma once
@@ -23,6 +23,12 @@ struct Consumer {
   uint32_t pa[C::kFp8 ? kN / 32 : kN / 16][4];  // P as the A operand, one k16 (fp8: k32) step of tokens each
 
   __device__ __forceinline__ int first_row() const { return index * 64 + warp * 16 + lane / 4; }
+  // Barrier ids from the consumer's index, read again from threadIdx (warpgroup index + 1) where
+  // used: kept in registers across the loop, they spill with three consumers.
+  __device__ __forceinline__ static int my_index() { return static_cast<int>(threadIdx.x / 128) - 1; }
+  __device__ __forceinline__ static int my_turn() { return kTurnBarrier + my_index(); }
+  __device__ __forceinline__ static int next_turn() { return kTurnBarrier + (my_index() + 1) % C::kConsumers; }
+  __device__ __forceinline__ static int my_barrier() { return kConsumerBarrier + my_index(); }
 
   __device__ __forceinline__ void issue_qk(const SmemAddrs& sm, int stage) {
     if constexpr (C::kFp8) {
@@ -60,7 +66,7 @@ struct Consumer {
       *reinterpret_cast<uint4*>(base + cb * kN * 128 + (valid + rest / 8) * 128 + (rest % 8) * 16) = make_uint4(0, 0, 0, 0);
     }
     ::attnkit::cuda::wgmma::fence_proxy_async();
-    named_sync(kConsumerBarrier + index, 128);
+    named_sync(my_barrier(), 128);
   }
 
   // Waits for a K or V stage to land. The gather's cp.async writes shared memory through the
@@ -82,7 +88,7 @@ struct Consumer {
 
   __device__ __forceinline__ void pack_p() {
     if constexpr (C::kFp8) {
-      ::attnkit::cuda::wgmma::pack_p_e4m3(s, kPFactor, pa);
+      ::attnkit::cuda::wgmma::pack_p_e4m3(s, 1.0f, pa);  // S holds P x kPFactor already (Softmax::update)
     } else {
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
@@ -110,14 +116,14 @@ struct Consumer {
                                            const RingSlot<C::kStages>* prev, int prev_n0) {
     namespace tma = ::attnkit::cuda::tma;
     namespace wg = ::attnkit::cuda::wgmma;
-    named_sync(kTurnBarrier + index, 256);
+    named_sync(my_turn(), 256);
     issue_qk(sm, stage);
     if (prev != nullptr) {
       wait_v(sm, *prev);
       zero_v_tail(p, sm, prev->stage, t, prev_n0);
       issue_pv(sm, prev->stage);
     }
-    named_arrive(kTurnBarrier + 1 - index, 256);  // the other warpgroup's turn
+    named_arrive(next_turn(), 256);  // the next warpgroup's turn
     if (prev != nullptr) {
       wg::wait<1>();  // S_j only: the PV product runs on under the softmax
     } else {
@@ -175,13 +181,14 @@ struct Consumer {
       products(p, sm, t, slot.stage, &prev, prev_n0);
       release(sm.bars.k_empty(slot.stage));
       sx.cap_and_mask(s, n0, lane);
-      sx.update(s, corr);
+      const bool moved = sx.update(s, corr);
       softmax_before_wait(sx.l);
       wg::wait<0>();
       wg::fence_regs(o);
       wg::fence_regs(pa);
       release(sm.bars.v_empty(prev.stage));
-      scale_o(corr);
+      // Most tiles move no row's max (Softmax::kMaxSlack): the warp then skips O's rescale.
+      if (__any_sync(0xffffffffu, moved)) scale_o(corr);
       pack_p();
       prev = slot;
       prev_n0 = n0;

@@ -1,8 +1,9 @@
 // The `hopper` extend kernel's producer: the first warpgroup. Per tile: Q once with the TMA (one
 // box a column block: tokens x group rows), then each K and V tile into the next ring stage as soon
-// as the consumers have released it, K one tile ahead of V. Pages of 8 slots or more: one warp
-// issues TMA boxes of min(page_size, kBlockN) tokens, a box a lane, the page table read two tiles
-// ahead, completion counted in bytes on the stage's full barrier. Smaller pages (or when asked): all 128 threads
+// as the consumers have released it, K one tile ahead of V. Pages of 8 slots or more: the TMA
+// warps (config.cuh's kTmaWarps) issue TMA boxes of min(page_size, kMaxBoxRows) tokens, a copy a
+// thread, the page table read two tiles ahead, completion counted in bytes on the stage's full
+// barrier. Smaller pages (or when asked): all 128 threads
 // gather rows with cp.async, each arriving on the full barrier when its copies land. An e4m3 cache:
 // all 128 threads load rows, dequantise them to T and store them, each arriving once it has
 // stored. kernel.cuh sets the roles up.
@@ -25,45 +26,63 @@ struct SmemAddrs {
 };
 
 // The boxes that carry tile tokens [n0, n0 + kBlockN) below kv_hi, and the rows they fill: at
-// most kBlockN / 8 = 16 boxes (pages of 8 slots or more), one a lane.
+// most kBlockN / 8 = 24 boxes (pages of 8 slots or more), each a copy a column block.
 template <typename C>
 struct KvBoxes {
   int rows, count;
   __device__ __forceinline__ KvBoxes(const ExtendParams& p, const Tile& t, int n0) {
-    rows = min(p.page_size, C::kBlockN);
+    rows = min(p.page_size, kMaxBoxRows);
     count = (min(C::kBlockN, t.kv_hi - n0) + rows - 1) / rows;
   }
-  __device__ __forceinline__ uint32_t bytes() const { return static_cast<uint32_t>(count * rows * 128 * C::kKvColBlocks); }
+  // The copies (box, column block) of the tile are numbered box x kKvColBlocks + column block;
+  // copy c goes to lane c / kTmaWarps of TMA warp c % kTmaWarps. What warp w's copies carry:
+  __device__ __forceinline__ uint32_t warp_bytes(int w) const {
+    const int copies = count * C::kKvColBlocks;
+    const int mine = copies > w ? (copies - w + C::kTmaWarps - 1) / C::kTmaWarps : 0;
+    return static_cast<uint32_t>(mine * rows * 128);
+  }
 };
 
-// This lane's box of tile j: the cache slot it starts at (one page-table read, shared by K and V),
-// or -1 where the tile has fewer boxes than lanes.
+// The copy producer thread `tid` issues (KvBoxes' numbering), and its box and column block.
 template <typename C>
-__device__ __forceinline__ int box_slot(const ExtendParams& p, const Tile& t, int j, int lane) {
+struct KvCopy {
+  int box, cb;
+  __device__ __forceinline__ explicit KvCopy(int tid) {
+    const int copy = (tid % 32) * C::kTmaWarps + tid / 32;
+    box = copy / C::kKvColBlocks;
+    cb = copy % C::kKvColBlocks;
+  }
+};
+
+// This thread's box of tile j: the cache slot it starts at (one page-table read, shared by K and
+// V), or -1 where the tile has fewer copies than this thread's number.
+template <typename C>
+__device__ __forceinline__ int box_slot(const ExtendParams& p, const Tile& t, int j, int tid) {
   const int n0 = t.kv_lo + j * C::kBlockN;
   const KvBoxes<C> boxes(p, t, n0);
-  if (j >= t.num_kv_tiles || lane >= boxes.count) return -1;
-  const int pos = n0 + lane * boxes.rows;
+  const KvCopy<C> copy(tid);
+  if (j >= t.num_kv_tiles || copy.box >= boxes.count) return -1;
+  const int pos = n0 + copy.box * boxes.rows;
   return p.kv_page_indices[t.page_begin + pos / p.page_size] * p.page_size + pos % p.page_size;
 }
 
-// One K or V tile: lane 0 waits for the stage to be empty and announces the bytes, then each lane
-// copies its box.
+// One K or V tile: lane 0 of each TMA warp waits for the stage to be empty and announces its
+// warp's bytes, then each thread with a copy issues it.
 template <typename C>
 __device__ __forceinline__ void load_kv_tile(const ExtendParams& p, const void* map, const Tile& t, int n0, int slot,
                                              uint32_t s_tile, uint32_t full, uint32_t empty, uint32_t parity,
-                                             int lane) {
+                                             int tid) {
   namespace tma = ::attnkit::cuda::tma;
   const KvBoxes<C> boxes(p, t, n0);
-  if (lane == 0) {
+  if (tid % 32 == 0) {
     tma::mbar_wait(empty, parity ^ 1);
-    tma::mbar_expect_tx(full, boxes.bytes());
+    tma::mbar_expect_tx(full, boxes.warp_bytes(tid / 32));
   }
   __syncwarp();
   if (slot >= 0) {
-#pragma unroll
-    for (int cb = 0; cb < C::kKvColBlocks; ++cb)
-      tma::load_3d(s_tile + cb * C::kBlockN * 128 + lane * boxes.rows * 128, map, cb * 64, t.kv_head, slot, full);
+    const KvCopy<C> copy(tid);
+    tma::load_3d(s_tile + copy.cb * C::kBlockN * 128 + copy.box * boxes.rows * 128, map, copy.cb * 64, t.kv_head,
+                 slot, full);
   }
 }
 
@@ -224,7 +243,7 @@ __device__ __forceinline__ int64_t kv_source(const ExtendParams& p, const Tile& 
   if constexpr (C::kGather) {
     return gather_row_offset<C>(p, t, j, tid);
   } else {
-    return box_slot<C>(p, t, j, tid % 32);
+    return box_slot<C>(p, t, j, tid);
   }
 }
 
@@ -243,12 +262,11 @@ __device__ __forceinline__ void load_kv(const ExtendMaps& maps, const ExtendPara
     gather_kv_tile<C>(pool, src, s_tile, full, empty, ring.parity, tid);
   } else {
     load_kv_tile<C>(p, is_v ? &maps.v : &maps.k, t, t.kv_lo + j * C::kBlockN, static_cast<int>(src), s_tile, full,
-                    empty, ring.parity, tid % 32);
+                    empty, ring.parity, tid);
   }
 }
 
-// The producer warpgroup's thread `tid` with kGather, else lane `tid` of its first warp (the only
-// one that runs). Per work tile: Q, then K_0, then K_{j+1} before V_j: the order the consumers
+// The producer warpgroup's thread `tid` (with TMA boxes, one of the kTmaWarps warps' threads). Per work tile: Q, then K_0, then K_{j+1} before V_j: the order the consumers
 // take them in (S_{j+1} is issued before P_j V_j). V_j's stage frees only when P_{j-3} V_{j-3}
 // is done, so a K queued behind it would wait for that too: on an H100, K first took the d128
 // kernel from 457 to 583 TFLOP/s (1 x 8192 full, page 64). Each tile's page-table reads are made
@@ -256,7 +274,7 @@ __device__ __forceinline__ void load_kv(const ExtendMaps& maps, const ExtendPara
 template <typename C>
 __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendParams& p, const SmemAddrs& sm, int tid) {
   namespace tma = ::attnkit::cuda::tma;
-  static_assert(C::kBlockN / 8 <= 32, "one box a lane");
+  static_assert(C::kBlockN / 8 * C::kKvColBlocks <= 32 * C::kTmaWarps, "a copy a thread");
   int tiles_done = 0, kv_done = 0;
   uint32_t factor_k = 0, factor_v = 0;
   if constexpr (C::kE4m3Kv) {

@@ -17,6 +17,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <typename C>
 struct Softmax {
   static constexpr int kN = C::kBlockN;
+  // A row's max (log2 units) moves only where the tile's exceeds it by more than kMaxSlack: P is
+  // then at most 2^kMaxSlack = 256 (bf16 and f16 hold it, O and l in f32 too), and O is rescaled
+  // on the few tiles where a max moves, instead of on every tile. O / l and the LSE (m + log2 l)
+  // are the same whichever m the sums were taken against. fp8 products round P x kPFactor to e4m3,
+  // whose largest value is 448: a slack of 4 with kPFactor 16 (config.cuh).
+  static constexpr float kMaxSlack = C::kFp8 ? kFp8MaxSlack : 8.0f;
   int unmasked_lo, unmasked_hi;  // KV positions every row of the tile sees: tiles inside skip the mask
   int row_lo[2], row_hi[2];      // what each of this thread's rows sees
   bool soft_cap;
@@ -69,8 +75,14 @@ struct Softmax {
     }
   }
 
+  // The max that P and l were taken against: with fp8 products P is exp2(S - m + log2 kPFactor),
+  // so l and O carry the factor, and this is what the epilogue's sinks and LSE subtract.
+  __device__ __forceinline__ float m_for_sums(int h) const { return C::kFp8 ? m[h] - kLog2PFactor : m[h]; }
+
   // m and l updated with the tile; S becomes P; corr[h] is what O's rows must be scaled by.
-  __device__ __forceinline__ void update(float (&s)[kN / 2], float (&corr)[2]) {
+  // Returns whether any of the thread's rows moved its max (corr[h] is 1 for a row that did not).
+  __device__ __forceinline__ bool update(float (&s)[kN / 2], float (&corr)[2]) {
+    bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float es = C::kFp8 && !soft_cap ? exp_scale * row_scale[h] : exp_scale;
@@ -78,22 +90,28 @@ struct Softmax {
 #pragma unroll
       for (int nb = 0; nb < kN / 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * h], s[nb * 4 + 2 * h + 1]));
       mx = ::attnkit::cuda::quad_max(mx);
-      const float m_new = fmaxf(m[h], mx * es);  // es > 0: the max commutes with it
+      // es > 0: the max commutes with it. m = -inf: any visible score moves it (-inf + slack).
+      const bool move = mx * es > m[h] + kMaxSlack;
+      moved |= move;
+      const float m_new = move ? mx * es : m[h];
       // A row with nothing visible yet keeps m = -inf; subtract 0 so exp2 gives 0, not NaN.
       const float base = m_new == -INFINITY ? 0.0f : m_new;
       corr[h] = ::attnkit::cuda::fast_exp2(m[h] - base);
       m[h] = m_new;
+      // fp8 products: P x kPFactor straight from the exponent (l sums it too: m_for_sums()).
+      const float p_base = C::kFp8 ? base - kLog2PFactor : base;
       float sum = 0.0f;
 #pragma unroll
       for (int nb = 0; nb < kN / 8; ++nb) {
         float& a = s[nb * 4 + 2 * h];
         float& b = s[nb * 4 + 2 * h + 1];
-        a = ::attnkit::cuda::fast_exp2(fmaf(a, es, -base));
-        b = ::attnkit::cuda::fast_exp2(fmaf(b, es, -base));
+        a = ::attnkit::cuda::fast_exp2(fmaf(a, es, -p_base));
+        b = ::attnkit::cuda::fast_exp2(fmaf(b, es, -p_base));
         sum += a + b;
       }
       l[h] = l[h] * corr[h] + sum;
     }
+    return moved;
   }
 };
 
