@@ -49,6 +49,11 @@ static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the 
 static_assert(kTileTokens == 64, "P_j (64 rows x kTileTokens bf16) fills exactly one column block");
 
 constexpr int kSoftmaxGroup = 0;  // warpgroup 0: S, softmax, O[:, 0..256)
+// A row's max (log2 units) moves only where a tile's exceeds it by more than kMaxSlack: P is then at
+// most 2^8 = 256 (bf16 holds it; O and the sums are f32), and O's halves are rescaled only on the
+// tiles where some row of a warp moved (128 multiplies a thread each), not on every tile. O / l
+// and the LSE (m + log2 l) do not depend on which m the sums were taken against.
+constexpr float kMaxSlack = 8.0f;
 constexpr int kEpilogueBarrier = 1;  // named barrier: both warpgroups, before the row sums are read
 constexpr int kGroupBarrier = 2;     // named barrier: warpgroup 0 alone
 
@@ -245,12 +250,14 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       const float c0 = s_corr[stage * kTileRows + row_base];
       const float c1 = s_corr[stage * kTileRows + row_base + 8];
       mma::fence_regs(o);
+      if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {  // most tiles move no max (kMaxSlack)
 #pragma unroll
-      for (int nb = 0; nb < 32; ++nb) {
-        o[nb * 4 + 0] *= c0;
-        o[nb * 4 + 1] *= c0;
-        o[nb * 4 + 2] *= c1;
-        o[nb * 4 + 3] *= c1;
+        for (int nb = 0; nb < 32; ++nb) {
+          o[nb * 4 + 0] *= c0;
+          o[nb * 4 + 1] *= c0;
+          o[nb * 4 + 2] *= c1;
+          o[nb * 4 + 3] *= c1;
+        }
       }
       ad::issue_pv(o, sm, stage, 1);
       mma::wait<0>();
@@ -303,15 +310,20 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       }
     }
     float corr[2];
+    bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * h], s[nb * 4 + 2 * h + 1]));
       mx = ad::quad_max(mx);
-      const float m_new = fmaxf(m[h], mx * win.exp_scale);
+      // m = -inf: any visible score moves it (-inf + slack). A row that does not move keeps
+      // corr = 1 (exp2(0)), which warpgroup 1 reads as "nothing to rescale".
+      const bool move = mx * win.exp_scale > m[h] + ad::kMaxSlack;
+      moved |= move;
+      const float m_new = move ? mx * win.exp_scale : m[h];
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: P = 0, not NaN
-      corr[h] = ad::fast_exp2(m[h] - base);
+      corr[h] = move ? ad::fast_exp2(m[h] - base) : 1.0f;
       m[h] = m_new;
       float sum = 0.0f;
 #pragma unroll
@@ -337,12 +349,14 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
 
     // O[:, 0..256) = O corr + P_j V_j, then S_{j+1} behind it.
     mma::fence_regs(o);
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-    for (int nb = 0; nb < 32; ++nb) {
-      o[nb * 4 + 0] *= corr[0];
-      o[nb * 4 + 1] *= corr[0];
-      o[nb * 4 + 2] *= corr[1];
-      o[nb * 4 + 3] *= corr[1];
+      for (int nb = 0; nb < 32; ++nb) {
+        o[nb * 4 + 0] *= corr[0];
+        o[nb * 4 + 1] *= corr[0];
+        o[nb * 4 + 2] *= corr[1];
+        o[nb * 4 + 3] *= corr[1];
+      }
     }
     ad::issue_pv(o, sm, stage, 0);
   };
