@@ -49,11 +49,6 @@ static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the 
 static_assert(kTileTokens == 64, "P_j (64 rows x kTileTokens bf16) fills exactly one column block");
 
 constexpr int kSoftmaxGroup = 0;  // warpgroup 0: S, softmax, O[:, 0..256)
-// A row's max (log2 units) moves only where a tile's exceeds it by more than kMaxSlack: P is then at
-// most 2^8 = 256 (bf16 holds it; O and the sums are f32), and O's halves are rescaled only on the
-// tiles where some row of a warp moved (128 multiplies a thread each), not on every tile. O / l
-// and the LSE (m + log2 l) do not depend on which m the sums were taken against.
-constexpr float kMaxSlack = 8.0f;
 constexpr int kEpilogueBarrier = 1;  // named barrier: both warpgroups, before the row sums are read
 constexpr int kGroupBarrier = 2;     // named barrier: warpgroup 0 alone
 
@@ -250,7 +245,8 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       const float c0 = s_corr[stage * kTileRows + row_base];
       const float c1 = s_corr[stage * kTileRows + row_base + 8];
       mma::fence_regs(o);
-      if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {  // most tiles move no max (kMaxSlack)
+      // Most tiles move no row's max (RowWindow::kMaxSlack): 128 multiplies a thread skipped.
+      if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
         for (int nb = 0; nb < 32; ++nb) {
           o[nb * 4 + 0] *= c0;
@@ -319,7 +315,7 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       mx = ad::quad_max(mx);
       // m = -inf: any visible score moves it (-inf + slack). A row that does not move keeps
       // corr = 1 (exp2(0)), which warpgroup 1 reads as "nothing to rescale".
-      const bool move = mx * win.exp_scale > m[h] + ad::kMaxSlack;
+      const bool move = mx * win.exp_scale > m[h] + RowWindow::kMaxSlack;
       moved |= move;
       const float m_new = move ? mx * win.exp_scale : m[h];
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: P = 0, not NaN
