@@ -245,12 +245,15 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       const float c0 = s_corr[stage * kTileRows + row_base];
       const float c1 = s_corr[stage * kTileRows + row_base + 8];
       mma::fence_regs(o);
+      // Most tiles move no row's max (RowWindow::kMaxSlack): 128 multiplies a thread skipped.
+      if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
-      for (int nb = 0; nb < 32; ++nb) {
-        o[nb * 4 + 0] *= c0;
-        o[nb * 4 + 1] *= c0;
-        o[nb * 4 + 2] *= c1;
-        o[nb * 4 + 3] *= c1;
+        for (int nb = 0; nb < 32; ++nb) {
+          o[nb * 4 + 0] *= c0;
+          o[nb * 4 + 1] *= c0;
+          o[nb * 4 + 2] *= c1;
+          o[nb * 4 + 3] *= c1;
+        }
       }
       ad::issue_pv(o, sm, stage, 1);
       mma::wait<0>();
@@ -303,15 +306,20 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
       }
     }
     float corr[2];
+    bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * h], s[nb * 4 + 2 * h + 1]));
       mx = ad::quad_max(mx);
-      const float m_new = fmaxf(m[h], mx * win.exp_scale);
+      // m = -inf: any visible score moves it (-inf + slack). A row that does not move keeps
+      // corr = 1 (exp2(0)), which warpgroup 1 reads as "nothing to rescale".
+      const bool move = mx * win.exp_scale > m[h] + RowWindow::kMaxSlack;
+      moved |= move;
+      const float m_new = move ? mx * win.exp_scale : m[h];
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: P = 0, not NaN
-      corr[h] = ad::fast_exp2(m[h] - base);
+      corr[h] = move ? ad::fast_exp2(m[h] - base) : 1.0f;
       m[h] = m_new;
       float sum = 0.0f;
 #pragma unroll
@@ -337,12 +345,14 @@ __global__ void __launch_bounds__(attend_detail::kThreads, 1)
 
     // O[:, 0..256) = O corr + P_j V_j, then S_{j+1} behind it.
     mma::fence_regs(o);
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-    for (int nb = 0; nb < 32; ++nb) {
-      o[nb * 4 + 0] *= corr[0];
-      o[nb * 4 + 1] *= corr[0];
-      o[nb * 4 + 2] *= corr[1];
-      o[nb * 4 + 3] *= corr[1];
+      for (int nb = 0; nb < 32; ++nb) {
+        o[nb * 4 + 0] *= corr[0];
+        o[nb * 4 + 1] *= corr[0];
+        o[nb * 4 + 2] *= corr[1];
+        o[nb * 4 + 3] *= corr[1];
+      }
     }
     ad::issue_pv(o, sm, stage, 0);
   };

@@ -171,23 +171,28 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     }
     nd::compute_warps_sync();
     float corr[kCols];
+    bool moved = false;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int col = 8 * (c / 2) + 2 * (lane % 4) + c % 2;
       const float mx = fmaxf(fmaxf(s_red[col], s_red[kN + col]), fmaxf(s_red[2 * kN + col], s_red[3 * kN + col]));
-      const float m_new = fmaxf(m[c], mx * win.exp_scale);
+      const bool move = mx * win.exp_scale > m[c] + RowWindow::kMaxSlack;  // m = -inf: any visible score
+      moved |= move;
+      const float m_new = move ? mx * win.exp_scale : m[c];
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: P = 0, not NaN
-      corr[c] = cuda::fast_exp2(m[c] - base);
+      corr[c] = move ? cuda::fast_exp2(m[c] - base) : 1.0f;
       m[c] = m_new;
       const int i0 = 4 * (c / 2) + c % 2;
       sc[i0] = cuda::fast_exp2(fmaf(sc[i0], win.exp_scale, -base));
       sc[i0 + 2] = cuda::fast_exp2(fmaf(sc[i0 + 2], win.exp_scale, -base));
       l[c] = l[c] * corr[c] + sc[i0] + sc[i0 + 2];
     }
+    if (__any_sync(0xffffffffu, moved)) {  // most tiles move no column's max (RowWindow::kMaxSlack)
 #pragma unroll
-    for (int mt = 0; mt < 8; ++mt)
+      for (int mt = 0; mt < 8; ++mt)
 #pragma unroll
-      for (int i = 0; i < kRegs; ++i) o[mt][i] *= corr[2 * (i / 4) + i % 2];
+        for (int i = 0; i < kRegs; ++i) o[mt][i] *= corr[2 * (i / 4) + i % 2];
+    }
     // P^T [kN query rows][64 tokens], bf16, 128-byte swizzled.
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {

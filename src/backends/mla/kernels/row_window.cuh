@@ -13,6 +13,11 @@ namespace attnkit::mla {
 struct RowWindow {
   static constexpr float kLog2e = 1.4426950408889634f;
   static constexpr float kLn2 = 0.6931471805599453f;
+  // A row's max (log2 units) moves only where a tile's exceeds it by more than kMaxSlack: P is then
+  // at most 2^8 = 256 (bf16 holds it; O and the sums are f32), and O is rescaled only on tiles
+  // where a row of the warp moved, not on every tile. O / l and the LSE (m + log2 l) do not depend
+  // on which m the sums were taken against.
+  static constexpr float kMaxSlack = 8.0f;
 
   bool soft_cap;
   float logit_scale;  // applied to a raw score: inside tanh with the soft-cap, else to log2 units
