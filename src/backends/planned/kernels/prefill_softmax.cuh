@@ -46,10 +46,18 @@ struct PrefillSoftmax {
     }
   }
 
-  // Online softmax: rescale O and l by exp2(m_old - m_new), P = exp2(S - m_new) in place of S.
+  // A row's max (log2 units) moves only where the tile's exceeds it by more than kMaxSlack: P is
+  // then at most 2^8 = 256 (P is rounded to 16 bits, which hold it; O and l are f32), and O is
+  // rescaled only on tiles where some row of the warp moved, not on every tile. O / l and the LSE
+  // (m + log2 l) do not depend on which m the sums were taken against.
+  static constexpr float kMaxSlack = 8.0f;
+
+  // Online softmax: rescale O and l by exp2(m_old - m_new), P = exp2(S - m) in place of S.
   __device__ __forceinline__ void update(PrefillScores<C>& r_s, PrefillO<C>& r_o, PrefillRowStat<C>& r_m,
                                          PrefillRowStat<C>& r_l) const {
     constexpr float kNegInf = -INFINITY;
+    float corr[kR][2];
+    bool moved = false;
 #pragma unroll
     for (int rt = 0; rt < kR; ++rt) {
 #pragma unroll
@@ -58,11 +66,14 @@ struct PrefillSoftmax {
 #pragma unroll
         for (int nb = 0; nb < kN / 8; ++nb) mx = fmaxf(mx, fmaxf(r_s[rt][nb][2 * h], r_s[rt][nb][2 * h + 1]));
         mx = tile::quad_max(mx);
-        // Raw scores in, log2 units out (exp_scale > 0, so the max commutes with it).
-        const float m_new = fmaxf(r_m[rt][h], mx * exp_scale);
+        // Raw scores in, log2 units out (exp_scale > 0, so the max commutes with it). m = -inf:
+        // any visible score moves it (-inf + slack).
+        const bool move = mx * exp_scale > r_m[rt][h] + kMaxSlack;
+        moved |= move;
+        const float m_new = move ? mx * exp_scale : r_m[rt][h];
         // A row with nothing visible yet keeps m = -inf; subtract 0 so exp2 gives 0, not NaN.
         const float base = m_new == kNegInf ? 0.0f : m_new;
-        const float corr = tile::fast_exp2(r_m[rt][h] - base);
+        corr[rt][h] = move ? tile::fast_exp2(r_m[rt][h] - base) : 1.0f;
         r_m[rt][h] = m_new;
         float sum = 0.0f;
 #pragma unroll
@@ -71,13 +82,19 @@ struct PrefillSoftmax {
           r_s[rt][nb][2 * h + 1] = tile::fast_exp2(fmaf(r_s[rt][nb][2 * h + 1], exp_scale, -base));
           sum += r_s[rt][nb][2 * h] + r_s[rt][nb][2 * h + 1];
         }
-        r_l[rt][h] = r_l[rt][h] * corr + sum;
-#pragma unroll
-        for (int nb = 0; nb < C::kHeadDim / 8; ++nb) {
-          r_o[rt][nb][2 * h] *= corr;
-          r_o[rt][nb][2 * h + 1] *= corr;
-        }
+        r_l[rt][h] = r_l[rt][h] * corr[rt][h] + sum;
       }
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int rt = 0; rt < kR; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nb = 0; nb < C::kHeadDim / 8; ++nb) {
+            r_o[rt][nb][2 * h] *= corr[rt][h];
+            r_o[rt][nb][2 * h + 1] *= corr[rt][h];
+          }
     }
   }
 };
