@@ -57,7 +57,7 @@ TEST(Auto, ExplainsWhyBetterRankedBackendsWereSkipped) {
 }
 
 // The written rules put hopper ahead of planned only where its extend kernel was measured the
-// faster: a 16-bit cache of pages of 64 slots or more at head dim 128.
+// faster: a 16-bit cache of pages of 16 slots or more, head dims 64, 128 and 256.
 TEST(Auto, HopperLeadsOnlyWhereMeasuredFaster) {
   auto rank = [](const KvCacheConfig& c, const std::string& name) {
     const auto order = backend_order(c);
@@ -65,11 +65,11 @@ TEST(Auto, HopperLeadsOnlyWhereMeasuredFaster) {
   };
   KvCacheConfig c = cache_for(llama_layer(), Device::cuda);
   ASSERT_EQ(c.head_dim_k, 128);
-  c.page_size = 64;
-  EXPECT_LT(rank(c, "hopper"), rank(c, "planned"));
-  c.page_size = 128;
-  EXPECT_LT(rank(c, "hopper"), rank(c, "planned"));
-  for (int page : {1, 16, 32}) {
+  for (int page : {16, 32, 64, 128}) {
+    c.page_size = page;
+    EXPECT_LT(rank(c, "hopper"), rank(c, "planned")) << "page " << page;
+  }
+  for (int page : {1, 8}) {
     c.page_size = page;
     EXPECT_GT(rank(c, "hopper"), rank(c, "planned")) << "page " << page;
   }
@@ -77,8 +77,10 @@ TEST(Auto, HopperLeadsOnlyWhereMeasuredFaster) {
   c.dtype = DType::e4m3;
   EXPECT_GT(rank(c, "hopper"), rank(c, "planned"));
   c.dtype = DType::bf16;
-  c.head_dim_k = c.head_dim_v = 64;
-  EXPECT_GT(rank(c, "hopper"), rank(c, "planned"));
+  for (int dim : {64, 256}) {
+    c.head_dim_k = c.head_dim_v = dim;
+    EXPECT_LT(rank(c, "hopper"), rank(c, "planned")) << "head dim " << dim;
+  }
   const auto cpu = backend_order(cache_for(llama_layer(), Device::cpu));
   EXPECT_EQ(std::vector<std::string>(cpu.begin(), cpu.end()), (std::vector<std::string>{"cpu", "reference"}));
 }
