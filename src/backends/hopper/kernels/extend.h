@@ -56,4 +56,17 @@ cuda::TensorMap make_q_map(const ExtendParams& p);
 void check_extend_params(const ExtendParams& p);
 void launch_extend(const ExtendParams& p, const ExtendMaps& maps, cudaStream_t stream);
 
+// The persistent kernel's k-th work for CTA `cta` of `grid`: rounds of `grid` works, walked
+// forward in even rounds and backward in odd ones (a snake). The planner's list is longest first,
+// so each CTA's total stays within about one work of the others'; plain round robin hands CTA 0
+// the longest work of every round (causal 1 x 8192, llama3-8b heads, 132 CTAs: the busiest CTA 6%
+// over the mean, against 0.6% with the snake). A CTA's works ascend: it stops at the first past
+// the list.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int persistent_work(int k, int cta, int grid) {
+  return k * grid + ((k & 1) != 0 ? grid - 1 - cta : cta);
+}
+
 }  // namespace attnkit::hopper

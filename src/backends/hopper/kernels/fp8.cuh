@@ -32,7 +32,7 @@ template <typename C>
 __device__ __forceinline__ void transpose_v_tiles(const ExtendParams& p, const SmemAddrs& sm, int tid) {
   namespace tma = ::attnkit::cuda::tma;
   int kv_done = 0;
-  for (int w = blockIdx.x; w < num_work(p); w += gridDim.x) {
+  for (int k = 0, w = cta_work(0); w < num_work(p); w = cta_work(++k)) {
     Tile t;
     if (!load_tile<C>(p, w, t)) continue;
     for (int j = 0; j < t.num_kv_tiles; ++j, ++kv_done) {

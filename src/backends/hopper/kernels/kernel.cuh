@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   // ring, opens it.
   if (c.index == C::kConsumers - 1) named_arrive(kTurnBarrier + 0, 256);
   int tiles_done = 0, kv_done = 0;
-  for (int w = blockIdx.x; w < num_work(p); w += gridDim.x) {
+  for (int k = 0, w = cta_work(0); w < num_work(p); w = cta_work(++k)) {
     Tile t;
     if (!load_tile<C>(p, w, t)) continue;
     Softmax<C> sx(p, t, c.first_row());

@@ -281,7 +281,7 @@ __device__ __forceinline__ void produce(const ExtendMaps& maps, const ExtendPara
     factor_k = E4m3Dequant<typename C::T>::factor(p.k_scale);
     factor_v = E4m3Dequant<typename C::T>::factor(p.v_scale);
   }
-  for (int w = blockIdx.x; w < num_work(p); w += gridDim.x) {
+  for (int k = 0, w = cta_work(0); w < num_work(p); w = cta_work(++k)) {
     Tile t;
     if (!load_tile<C>(p, w, t)) continue;
     // Read before the waits, so that their latency hides behind them.

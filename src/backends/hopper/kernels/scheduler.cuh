@@ -1,6 +1,6 @@
-// The `hopper` extend kernel's persistent tile scheduler: CTA c takes work c, c + grid, c + 2 grid,
-// ... of the planner's list (longest first, planned/plan.cc) crossed with the KV heads, so every
-// role of the CTA walks the same sequence; and what each tile covers: its GQA-packed rows of one
+// The `hopper` extend kernel's persistent tile scheduler: CTA c takes the works persistent_work
+// (extend.h) names, a snake over the planner's list (longest first, planned/plan.cc) crossed with
+// the KV heads, so every role of the CTA walks the same sequence; and what each tile covers: its GQA-packed rows of one
 // request and KV head, and the KV positions [kv_lo, kv_hi) those rows may see.
 #pragma once
 
@@ -18,6 +18,10 @@ struct Tile {
 };
 
 __device__ __forceinline__ int num_work(const ExtendParams& p) { return p.num_work_items * p.num_kv_heads; }
+// This CTA's k-th work: for (int k = 0, w = cta_work(0); w < num_work(p); w = cta_work(++k)).
+__device__ __forceinline__ int cta_work(int k) {
+  return persistent_work(k, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+}
 
 // Work w as a tile; false where its q tile holds no row (nothing to do).
 template <typename C>
