@@ -5,7 +5,7 @@
 // quarter of the 64-row kernel's tensor work (which pads 16 rows to 64), so 16-head decode is
 // limited by the cache read.
 //   Warps 0-3 (one warpgroup) compute on bf16 tiles, which the TMA warp fills (bf16 cache) or
-//   which warps 4-7 convert from the raw slots the TMA warp brings (fp8_blocked cache,
+//   which warps 4-11 convert from the raw slots the TMA warp brings (fp8_blocked cache,
 //   fp8_tile.cuh), a tile ahead of the products; the shared-memory layouts are narrow_layout.cuh.
 //   The softmax runs down M (the tile's tokens): a column's maximum is reduced across lanes and
 //   the four warps through shared memory; row sums stay per thread until the epilogue.
@@ -45,15 +45,17 @@ __device__ __forceinline__ void convert_tiles(unsigned char* smem, const narrow_
       const int i = j * L::kPiecesPerTile + q;
       const int r = i % L::kRawStages;
       hopper::mbar_wait(bar.raw_full(r), (i / L::kRawStages) & 1);
-#pragma unroll 1
-      for (int cb = 0; cb < nd::kColBlocks; ++cb) {
-        fp8_tile::dequantise<L::kConverters, L::kRawTokens>(smem + L::kOffRaw + r * L::kRawBytes,
-                                                            smem + L::kOffTiles + t * nd::kTileBytes,
-                                                            q * L::kRawTokens, cb, valid - q * L::kRawTokens, ctid);
-        cuda::wgmma::fence_proxy_async();  // the writes, before wgmma reads them
-        __syncwarp();
-        if (lane == 0) hopper::mbar_arrive(bar.tile_full(t, cb));
-      }
+      // The eight e4m3 blocks as one run of chunks (eight a thread at 32 rows and 256 converters,
+      // four in flight), then the RoPE block; one proxy fence for the piece.
+      unsigned char* tile = smem + L::kOffTiles + t * nd::kTileBytes;
+      const unsigned char* raw = smem + L::kOffRaw + r * L::kRawBytes;
+      fp8_tile::dequantise<L::kConverters, L::kRawTokens, 4, nd::kColBlocks - 1>(raw, tile, q * L::kRawTokens, 0,
+                                                                                 valid - q * L::kRawTokens, ctid);
+      fp8_tile::dequantise<L::kConverters, L::kRawTokens>(raw, tile, q * L::kRawTokens, nd::kColBlocks - 1,
+                                                          valid - q * L::kRawTokens, ctid);
+      cuda::wgmma::fence_proxy_async();  // the writes, before wgmma reads them
+      __syncwarp();
+      if (lane < nd::kColBlocks) hopper::mbar_arrive(bar.tile_full(t, lane));
       if (lane == 0) hopper::mbar_arrive(bar.raw_empty(r));  // every load of the piece was used above
     }
   }

@@ -22,7 +22,7 @@ constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
 // two bf16 tiles, which the compute warps read and release (tile empty).
 //   bf16 cache: the producer fills the tiles, a column block at a time.
 //   fp8_blocked cache: the producer brings raw slots, kFp8PieceTokens a piece, into a ring of
-//     kRawStages; warps 4-7 (the converters) dequantise each piece into its half of a tile
+//     kRawStages; warps 4-11 (the converters) dequantise each piece into its half of a tile
 //     (fp8_tile.cuh) while the compute warps work on the other tile, so the conversion runs beside
 //     the products instead of before them.
 // Shared memory at 16 rows, fp8: Q 18,432 + raw 3 x 20,992 (to 81,920) + tiles 2 x 73,728 + P
@@ -30,15 +30,15 @@ constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
 // limit is 232,448).
 template <int kN, bool kFp8>
 struct Layout {
-  static constexpr int kConverterWarps = kFp8 ? 4 : 0;
+  static constexpr int kConverterWarps = kFp8 ? 8 : 0;
   static constexpr int kConverters = 32 * kConverterWarps;
   static constexpr int kProducerWarp = 4 + kConverterWarps;
-  // fp8: three whole warpgroups (the producer's three other warps leave at once), so that setmaxnreg
-  // can move registers: 168 a thread at launch (65,536 / 384); the producer's warpgroup gives 128
-  // back (-> 40), the converters 8 (-> 160), the compute warps take 72 (-> 240: O^T alone is
-  // 8 x kN / 2 floats). 40 + 160 + 240 = 440 of the 504.
+  // fp8: four whole warpgroups (the producer's three other warps leave at once), so that setmaxnreg
+  // can move registers: 128 a thread at launch (65,536 / 512); the producer's warpgroup gives 88
+  // back (-> 40), the converters 32 each (-> 96), the compute warps take 112 (-> 240: O^T alone is
+  // 8 x kN / 2 floats). 240 + 2 x 96 + 40 = 472 of the 512.
   static constexpr int kThreads = kFp8 ? 32 * (kProducerWarp + 4) : 32 * (kProducerWarp + 1);
-  static constexpr int kProducerRegs = 40, kConverterRegs = 160, kComputeRegs = 240;
+  static constexpr int kProducerRegs = 40, kConverterRegs = 96, kComputeRegs = 240;
   static constexpr int kTiles = 2;
   static constexpr int kRawTokens = kFp8PieceTokens;  // slots a raw stage
   static constexpr int kPiecesPerTile = kTileTokens / kRawTokens;
