@@ -33,6 +33,9 @@ inline constexpr int kTileTokens = 64;  // KV tokens a tile
 // An fp8_blocked slot (kv_cache.h): 512 e4m3, 4 fp32 scales, then 64 bf16 RoPE values.
 inline constexpr int kFp8RopeOffset = kHeadDimVo + 4 * (kHeadDimVo / kLatentScaleBlock);        // 528
 inline constexpr int kFp8SlotBytes = kFp8RopeOffset + 2 * Support::rope_dim;                      // 656
+// Raw fp8_blocked slots a TMA copy brings (the tensor map's box rows, at most): half a tile, so the
+// narrow kernels' raw ring holds three pieces where it could hold one and a half tiles.
+inline constexpr int kFp8PieceTokens = kTileTokens / 2;
 
 // The query rows a work item takes, from the most rows (heads x new tokens) any request of the
 // batch has: 16 where none has more (the 16-row narrow kernel, 16-head decode), else 64 (the

@@ -53,11 +53,12 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttendPa
 }  // namespace
 
 LatentMap make_latent_map(const void* pool, int64_t num_slots, int page_size, bool fp8_latent) {
-  const int box_rows = page_size < kTileTokens ? page_size : kTileTokens;
-  if (fp8_latent) {  // whole slots as 4-byte words
+  if (fp8_latent) {  // whole slots as 4-byte words, in pieces of kFp8PieceTokens
+    const int box_rows = page_size < kFp8PieceTokens ? page_size : kFp8PieceTokens;
     return cuda::make_tensor_map("mla fp8_blocked latent pool", DType::f32, pool, {kFp8SlotBytes / 4, num_slots},
                                  {int64_t{kFp8SlotBytes}}, {kFp8SlotBytes / 4, box_rows});
   }
+  const int box_rows = page_size < kTileTokens ? page_size : kTileTokens;
   return cuda::make_tensor_map("mla latent pool", DType::bf16, pool, {kHeadDimQk, num_slots}, {int64_t{kHeadDimQk} * 2},
                                {64, box_rows});
 }

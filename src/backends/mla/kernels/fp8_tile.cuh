@@ -71,22 +71,24 @@ __device__ __forceinline__ uint32_t tile_offset(int cb, int row, int c) {
   return static_cast<uint32_t>(cb * kBlockBytes + row * 128 + ((c ^ (row & 7)) << 4));
 }
 
-// Rows [row0, row0 + kRows) of column block cb of the bf16 tile, from kRows raw slots, by
-// kConverters threads (ctid their index): each takes 16-byte chunks ctid + kConverters k (a
-// warp's 32 chunks lie in the block: kConverters is a multiple of 32), up to kMaxInFlight read
-// before any is converted; rows from `valid` on are zero. The RoPE block is copied.
-template <int kConverters, int kRows, int kMaxInFlight = 4>
+// Rows [row0, row0 + kRows) of column blocks [cb, cb + kBlocks) of the bf16 tile, from kRows raw
+// slots, by kConverters threads (ctid their index): each takes 16-byte chunks ctid + kConverters k
+// (a warp's 32 chunks lie in one block: kConverters is a multiple of 32), up to kMaxInFlight read
+// before any is converted; rows from `valid` on are zero. The RoPE block (kBlocks 1) is copied.
+template <int kConverters, int kRows, int kMaxInFlight = 4, int kBlocks = 1>
 __device__ __forceinline__ void dequantise(const unsigned char* raw, unsigned char* tile, int row0, int cb, int valid,
                                            int ctid) {
-  constexpr int kChunks = kRows * 8;
-  static_assert(kConverters % 32 == 0 && kChunks % 32 == 0, "a warp's chunks lie in the block");
+  constexpr int kBlockChunks = kRows * 8;
+  constexpr int kChunks = kBlocks * kBlockChunks;
+  static_assert(kConverters % 32 == 0 && kBlockChunks % 32 == 0, "a warp's chunks lie in one block");
   constexpr int kPerThread = (kChunks + kConverters - 1) / kConverters;
   constexpr int kInFlight = kPerThread < kMaxInFlight ? kPerThread : kMaxInFlight;
-  // ctid < kConverters: where they divide the block evenly, every chunk a thread counts is live.
+  // ctid < kConverters: where they divide the chunks evenly, every chunk a thread counts is live.
   auto live = [&](int k) { return k < kPerThread && (kChunks % kConverters == 0 || ctid + kConverters * k < kChunks); };
-  auto row_of = [&](int k) { return (ctid + kConverters * k) / 8; };
-  auto dst_of = [&](int k) { return tile_offset(cb, row0 + row_of(k), (ctid + kConverters * k) % 8); };
-  if (cb == kRopeBlock) {  // the same block for the whole CTA: no divergence
+  auto block_of = [&](int k) { return cb + (ctid + kConverters * k) / kBlockChunks; };
+  auto row_of = [&](int k) { return (ctid + kConverters * k) % kBlockChunks / 8; };
+  auto dst_of = [&](int k) { return tile_offset(block_of(k), row0 + row_of(k), (ctid + kConverters * k) % 8); };
+  if (kBlocks == 1 && cb == kRopeBlock) {  // the same block for the whole CTA: no divergence
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       if (!live(k)) continue;
@@ -103,8 +105,9 @@ __device__ __forceinline__ void dequantise(const unsigned char* raw, unsigned ch
     for (int k = 0; k < kInFlight; ++k) {
       if (!live(k0 + k)) continue;
       const unsigned char* slot = raw + row_of(k0 + k) * kFp8SlotBytes;
-      r[k].bits = *reinterpret_cast<const uint2*>(slot + cb * 64 + 8 * ((ctid + kConverters * (k0 + k)) % 8));
-      r[k].scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[cb * 64 / kLatentScaleBlock];
+      const int blk = block_of(k0 + k);
+      r[k].bits = *reinterpret_cast<const uint2*>(slot + blk * 64 + 8 * ((ctid + kConverters * (k0 + k)) % 8));
+      r[k].scale = reinterpret_cast<const float*>(slot + kHeadDimVo)[blk * 64 / kLatentScaleBlock];
       // Stale rows past `valid` are zeroed below, whatever their bytes.
       slow = slow | (row_of(k0 + k) < valid & needs_conversion_unit(r[k]));
     }

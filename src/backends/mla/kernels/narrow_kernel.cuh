@@ -5,8 +5,8 @@
 // quarter of the 64-row kernel's tensor work (which pads 16 rows to 64), so 16-head decode is
 // limited by the cache read.
 //   Warps 0-3 (one warpgroup) compute on bf16 tiles, which the TMA warp fills (bf16 cache) or
-//   which the compute warps convert from raw slots (fp8_blocked cache, fp8_tile.cuh); the
-//   shared-memory layouts are narrow_layout.cuh.
+//   which warps 4-11 convert from the raw slots the TMA warp brings (fp8_blocked cache,
+//   fp8_tile.cuh), a tile ahead of the products; the shared-memory layouts are narrow_layout.cuh.
 //   The softmax runs down M (the tile's tokens): a column's maximum is reduced across lanes and
 //   the four warps through shared memory; row sums stay per thread until the epilogue.
 #pragma once
@@ -22,10 +22,44 @@
 #include "backends/mla/kernels/narrow_layout.cuh"
 #include "backends/mla/kernels/row_window.cuh"
 #include "cuda/row_math.cuh"
+#include "cuda/setmaxnreg.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace attnkit::mla {
 
+
+// The converter warps (fp8_blocked cache): tile j's raw pieces into bf16 tile j % 2, once the
+// compute warps have released it, each column block counted on its barrier by each warp, each raw
+// stage released once the warps have read it. Rows past the item's KV end are written as zeros.
+template <int kN>
+__device__ __forceinline__ void convert_tiles(unsigned char* smem, const narrow_detail::Barriers<kN, true>& bar,
+                                              const WorkItem& w, int ctid) {
+  namespace nd = narrow_detail;
+  using L = nd::Layout<kN, true>;
+  const int lane = ctid % 32;
+  for (int j = 0; j < w.num_tiles; ++j) {
+    const int t = j % L::kTiles;
+    if (j >= L::kTiles) hopper::mbar_wait(bar.tile_empty(t), ((j / L::kTiles) - 1) & 1);
+    const int valid = min(kTileTokens, w.kv_hi - (w.n0 + j * kTileTokens));
+    for (int q = 0; q < L::kPiecesPerTile; ++q) {
+      const int i = j * L::kPiecesPerTile + q;
+      const int r = i % L::kRawStages;
+      hopper::mbar_wait(bar.raw_full(r), (i / L::kRawStages) & 1);
+      // The eight e4m3 blocks as one run of chunks (eight a thread at 32 rows and 256 converters,
+      // four in flight), then the RoPE block; one proxy fence for the piece.
+      unsigned char* tile = smem + L::kOffTiles + t * nd::kTileBytes;
+      const unsigned char* raw = smem + L::kOffRaw + r * L::kRawBytes;
+      fp8_tile::dequantise<L::kConverters, L::kRawTokens, 4, nd::kColBlocks - 1>(raw, tile, q * L::kRawTokens, 0,
+                                                                                 valid - q * L::kRawTokens, ctid);
+      fp8_tile::dequantise<L::kConverters, L::kRawTokens>(raw, tile, q * L::kRawTokens, nd::kColBlocks - 1,
+                                                          valid - q * L::kRawTokens, ctid);
+      cuda::wgmma::fence_proxy_async();  // the writes, before wgmma reads them
+      __syncwarp();
+      if (lane < nd::kColBlocks) hopper::mbar_arrive(bar.tile_full(t, lane));
+      if (lane == 0) hopper::mbar_arrive(bar.raw_empty(r));  // every load of the piece was used above
+    }
+  }
+}
 
 // Accumulator register i of a thread (warp w, lane): M row (a token, or an output value) 16 w +
 // lane / 4 + 8 ((i / 2) % 2), N column (a query row) 8 (i / 4) + 2 (lane % 4) + i % 2. The thread's
@@ -49,16 +83,18 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
   float* s_red = reinterpret_cast<float*>(smem + L::kOffRed);
   if (tid == 0) {
     for (int t = 0; t < L::kTiles; ++t) {
-      for (int cb = 0; cb < nd::kColBlocks; ++cb) hopper::mbar_init(bar.tile_full(t, cb), 1);  // the TMA
+      for (int cb = 0; cb < nd::kColBlocks; ++cb) hopper::mbar_init(bar.tile_full(t, cb), L::kBlockArrivals);
       hopper::mbar_init(bar.tile_empty(t), 4);  // the compute warps
     }
     for (int r = 0; r < L::kRawStages; ++r) {
-      hopper::mbar_init(bar.raw_full(r), 1);
-      hopper::mbar_init(bar.raw_empty(r), 1);  // thread 0, once every compute warp has read it
+      hopper::mbar_init(bar.raw_full(r), 1);                    // the TMA
+      hopper::mbar_init(bar.raw_empty(r), L::kConverterWarps);  // each converter warp, once it has read it
     }
   }
   __syncthreads();
-  if (warp == L::kProducerWarp) {
+  if (warp >= L::kProducerWarp) {
+    if constexpr (kFp8) cuda::lower_registers<L::kProducerRegs>();  // its whole warpgroup
+    if (warp > L::kProducerWarp) return;
     if constexpr (kFp8) {
       nd::produce<L::kRawStages, L::kRawTokens, true>(&map, p, w, s_q + L::kOffRaw, L::kRawBytes, bar.raw_full(0),
                                                       bar.raw_empty(0), lane);
@@ -67,6 +103,14 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
                                                  bar.tile_empty(0), lane);
     }
     return;
+  }
+  if constexpr (kFp8) {
+    if (warp >= 4) {
+      cuda::lower_registers<L::kConverterRegs>();
+      convert_tiles<kN>(smem, bar, w, tid - 128);
+      return;
+    }
+    cuda::raise_registers<L::kComputeRegs>();
   }
   // Q rows, zero past the item's end.
   const __nv_bfloat16* g_q = static_cast<const __nv_bfloat16*>(p.q);
@@ -104,44 +148,24 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     const int t = j % L::kTiles;
     const uint32_t s_k = s_q + L::kOffTiles + t * nd::kTileBytes;
     float sc[kRegs];
-    if constexpr (kFp8) {
-      // Raw tile j into the one bf16 tile, a column block at a time, S^T's k-steps on each block
-      // issued as it is written (they run while the next converts). (Leaving tile j - 1's O^T in
-      // flight here, to overlap it too, makes ptxas serialise every wgmma of the kernel.)
-      const int r = j % L::kRawStages;
-      hopper::mbar_wait(bar.raw_full(r), (j / L::kRawStages) & 1);
-      nd::compute_warps_sync();  // every warp's products of tile j - 1 are done: the tile is free
+    const uint32_t parity = (j / L::kTiles) & 1;
+    if (!kFp8 && valid < kTileTokens) {  // rows the boxes did not cover, or covered past the KV end: zero
+      for (int cb = 0; cb < nd::kColBlocks; ++cb) hopper::mbar_wait(bar.tile_full(t, cb), parity);
+      for (int idx = tid; idx < (kTileTokens - valid) * kQChunks; idx += 128) {
+        const int row = valid + idx / kQChunks;
+        *reinterpret_cast<uint4*>(smem + L::kOffTiles + t * nd::kTileBytes +
+                                  nd::swizzled(nd::kKBlockBytes, row, idx % kQChunks)) = make_uint4(0, 0, 0, 0);
+      }
+      mma::fence_proxy_async();
+      nd::compute_warps_sync();
+    }
+    // Each column block's k-steps as soon as it has been filled. The waits are PTX loops, each
+    // followed by a wgmma fence: so ptxas keeps the products of the group in flight across them.
 #pragma unroll
-      for (int cb = 0; cb < nd::kColBlocks; ++cb) {
-        // Four conversions in flight a thread at 16 rows; one at 32 (the kernel has no registers for more).
-        fp8_tile::dequantise<128, kTileTokens, kN == 16 ? 4 : 1>(smem + L::kOffRaw + r * L::kRawBytes,
-                                                                 smem + L::kOffTiles, 0, cb, valid, tid);
-        mma::fence_proxy_async();
-        nd::compute_warps_sync();
-        if (cb == nd::kColBlocks - 1 && tid == 0) hopper::mbar_arrive(bar.raw_empty(r));  // read
-        mma::fence();
-        nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
-      }
-    } else {
-      const uint32_t parity = (j / L::kTiles) & 1;
-      if (!kFp8 && valid < kTileTokens) {  // rows the boxes did not cover, or covered past the KV end: zero
-        for (int cb = 0; cb < nd::kColBlocks; ++cb) hopper::mbar_wait(bar.tile_full(t, cb), parity);
-        for (int idx = tid; idx < (kTileTokens - valid) * kQChunks; idx += 128) {
-          const int row = valid + idx / kQChunks;
-          *reinterpret_cast<uint4*>(smem + L::kOffTiles + t * nd::kTileBytes +
-                                    nd::swizzled(nd::kKBlockBytes, row, idx % kQChunks)) = make_uint4(0, 0, 0, 0);
-        }
-        mma::fence_proxy_async();
-        nd::compute_warps_sync();
-      }
-      // Each column block's k-steps as soon as it has landed. The waits are PTX loops, each followed
-      // by a wgmma fence: so ptxas keeps the products of the group in flight across them.
-#pragma unroll
-      for (int cb = 0; cb < nd::kColBlocks; ++cb) {
-        ::attnkit::cuda::tma::mbar_wait_in_ptx(bar.tile_full(t, cb), parity);
-        mma::fence();
-        nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
-      }
+    for (int cb = 0; cb < nd::kColBlocks; ++cb) {
+      ::attnkit::cuda::tma::mbar_wait_in_ptx(bar.tile_full(t, cb), parity);
+      mma::fence();
+      nd::s_block<kN>(sc, s_k, s_q, cb, cb == 0);
     }
     mma::commit();
     mma::wait_all();
@@ -218,10 +242,8 @@ __global__ void __launch_bounds__(narrow_detail::Layout<kN, kFp8>::kThreads, 1)
     mma::wait_all();
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) mma::fence_regs(o[mt]);
-    if constexpr (!kFp8) {
-      __syncwarp();
-      if (lane == 0) hopper::mbar_arrive(bar.tile_empty(t));
-    }
+    __syncwarp();
+    if (lane == 0) hopper::mbar_arrive(bar.tile_empty(t));
   }
 
   // Epilogue: column sums across lanes and warps, O staged row-major, then written coalesced.

@@ -18,29 +18,45 @@ constexpr int kOutStride = kHeadDimVo + 4;  // floats a staged output row: padde
 
 constexpr int align_1k(int n) { return (n + 1023) / 1024 * 1024; }
 
-// Warps 0-3 (one warpgroup) compute; warp 4 is the TMA producer.
-//   bf16 cache: the producer fills a ring of kTiles bf16 tiles, which the compute warps read.
-//   fp8_blocked cache: the producer brings raw tiles into a ring of kRawStages; the compute warps
-//     convert each into the one bf16 tile, a column block at a time, S^T's k-steps on each block
-//     issued as it is written (fp8_tile.cuh).
+// Warps 0-3 (one warpgroup) compute; the last warp is the TMA producer. Both caches use a ring of
+// two bf16 tiles, which the compute warps read and release (tile empty).
+//   bf16 cache: the producer fills the tiles, a column block at a time.
+//   fp8_blocked cache: the producer brings raw slots, kFp8PieceTokens a piece, into a ring of
+//     kRawStages; warps 4-11 (the converters) dequantise each piece into its half of a tile
+//     (fp8_tile.cuh) while the compute warps work on the other tile, so the conversion runs beside
+//     the products instead of before them.
+// Shared memory at 16 rows, fp8: Q 18,432 + raw 3 x 20,992 (to 81,920) + tiles 2 x 73,728 + P
+// 2,048 + reductions 256 + barriers = 231,888 bytes; at 32 rows two raw stages: 232,128 (the
+// limit is 232,448).
 template <int kN, bool kFp8>
 struct Layout {
-  static constexpr int kProducerWarp = 4;
-  static constexpr int kThreads = 32 * (kProducerWarp + 1);
-  static constexpr int kTiles = kFp8 ? 1 : 2;
-  static constexpr int kRawTokens = kTileTokens;  // slots a raw stage
+  static constexpr int kConverterWarps = kFp8 ? 8 : 0;
+  static constexpr int kConverters = 32 * kConverterWarps;
+  static constexpr int kProducerWarp = 4 + kConverterWarps;
+  // fp8: four whole warpgroups (the producer's three other warps leave at once), so that setmaxnreg
+  // can move registers: 128 a thread at launch (65,536 / 512); the producer's warpgroup gives 88
+  // back (-> 40), the converters 32 each (-> 96), the compute warps take 112 (-> 240: O^T alone is
+  // 8 x kN / 2 floats). 240 + 2 x 96 + 40 = 472 of the 512.
+  static constexpr int kThreads = kFp8 ? 32 * (kProducerWarp + 4) : 32 * (kProducerWarp + 1);
+  static constexpr int kProducerRegs = 40, kConverterRegs = 96, kComputeRegs = 240;
+  static constexpr int kTiles = 2;
+  static constexpr int kRawTokens = kFp8PieceTokens;  // slots a raw stage
+  static constexpr int kPiecesPerTile = kTileTokens / kRawTokens;
   static constexpr int kRawStages = kFp8 ? (kN == 16 ? 3 : 2) : 0;
   static constexpr int kRawBytes = kRawTokens * kFp8SlotBytes;
+  // Arrivals that fill a tile's column block: the TMA's one, or each converter warp's, each piece.
+  static constexpr int kBlockArrivals = kFp8 ? kConverterWarps * kPiecesPerTile : 1;
   static constexpr int kQBlockBytes = kN * 128;
   static constexpr int kOffRaw = align_1k(kColBlocks * kQBlockBytes);        // Q first
   static constexpr int kOffTiles = align_1k(kOffRaw + kRawStages * kRawBytes);
   static constexpr int kOffP = kOffTiles + kTiles * kTileBytes;              // P^T: kN rows x 64 tokens
   static constexpr int kOffRed = kOffP + kN * 128;                           // [4 warps][kN] f32
   // mbarriers: tile full [kTiles][kColBlocks] (a column block each, so S^T starts on the first to
-  // land), tile empty [kTiles], raw full [kRawStages], raw empty [kRawStages].
+  // be filled), tile empty [kTiles], raw full [kRawStages], raw empty [kRawStages].
   static constexpr int kOffBar = kOffRed + 4 * kN * 4;
   static constexpr int kSmemBytes = kOffBar + (kTiles * kColBlocks + kTiles + 2 * kRawStages) * 8;
   static constexpr int kOffOut = kOffTiles;  // the epilogue stages O [kN][kOutStride] f32 in the first tile
+  static_assert(kTileTokens % kRawTokens == 0, "a tile is whole raw pieces");
   static_assert(kN * kOutStride * 4 <= kTileBytes, "the staged output must fit in a tile");
   static_assert(kOffP % 1024 == 0, "tiles and P must start on 1024 bytes");
   static_assert(kSmemBytes <= 227 * 1024, "the kernel's shared memory exceeds the H100/H200 limit");
@@ -73,7 +89,7 @@ __device__ __forceinline__ void compute_warps_sync() { asm volatile("bar.sync 1,
 template <int kStages, int kPieceTokens, bool kFp8>
 __device__ __forceinline__ void produce(const void* map, const AttendParams& p, const WorkItem& w, uint32_t s_stages,
                                         int stage_bytes, uint32_t full0, uint32_t empty0, int lane) {
-  const int box_rows = min(p.page_size, kTileTokens);
+  const int box_rows = min(p.page_size, kPieceTokens);  // the tensor map's box (attend.cu)
   const int32_t* pages = p.page_indices + w.page_begin;
   constexpr int kBoxesPerRows = kFp8 ? 1 : kColBlocks;
   constexpr int kBytesPerRow = kFp8 ? kFp8SlotBytes : kColBlocks * 128;
