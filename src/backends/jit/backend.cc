@@ -243,7 +243,7 @@ void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
     name = bucket_ + "|" + base.describe();
     if (!tuned_.count(name)) {
       jit::KernelKey first = base;
-      first.tile = jit::tile_candidates(base, decode_shaped_).front();
+      first.tile = jit::tile_candidates(base, decode_shaped_, jit::ModuleCache::device_arch()).front();
       jit::ModuleCache::global().get(first);  // as above: a variant that does not compile fails here
     }
   }

@@ -40,12 +40,13 @@ TileTuner::TileTuner(std::filesystem::path dir) : disk_(std::move(dir)) {}
 TileConfig TileTuner::choose(const KernelKey& base, const std::string& bucket, const std::string& arch, bool decode,
                              const std::function<double(const TileConfig&)>& measure, bool* tuned) {
   if (tuned) *tuned = false;
-  const std::vector<TileConfig> candidates = tile_candidates(base, decode);
+  const std::vector<TileConfig> candidates = tile_candidates(base, decode, arch);
   ATTNKIT_CHECK(!candidates.empty(), "jit: no tile of the template fits ", base.describe(), " in shared memory");
   if (const std::optional<TileConfig> t = pinned()) {
     KernelKey k = base;
     k.tile = *t;
-    ATTNKIT_CHECK(mma_tile_smem_bytes(k) <= kMaxSharedBytes && t->block_n % (16 * t->warps_n) == 0,
+    ATTNKIT_CHECK(tile_smem_bytes(k) <= kMaxSharedBytes && t->block_n % (16 * t->warps_n) == 0 &&
+                      (!t->wgmma || wgmma_serves(base, arch)),
                   "ATTNKIT_JIT_TILE: '", t->describe(), "' does not fit ", base.describe());
     return *t;
   }

@@ -37,7 +37,7 @@ class JitTuner : public ::testing::Test {
 };
 
 TEST_F(JitTuner, MeasuresEachCandidateOnceAndKeepsTheFastest) {
-  const std::vector<TileConfig> candidates = tile_candidates(d128(), false);
+  const std::vector<TileConfig> candidates = tile_candidates(d128(), false, "sm_90");
   ASSERT_GE(candidates.size(), 3u);
   const TileConfig fastest = candidates[2];
   int calls = 0;
