@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 
+#include "attnkit/dtype.h"
 #include "attnkit/error.h"
 #include "backends/jit/config.h"
 #include "backends/jit/nvrtc.h"
@@ -28,6 +30,27 @@ std::optional<TileConfig> pinned() {
 
 std::string shape_bucket(bool decode, int64_t packed_rows, int64_t kv_tokens) {
   return detail::concat(decode ? "decode" : "prefill", " rows 2^", log2_ceil(packed_rows), " kv 2^", log2_ceil(kv_tokens));
+}
+
+bool outputs_agree(const std::vector<uint16_t>& first, const std::vector<uint16_t>& candidate, bool bf16) {
+  if (first.size() != candidate.size()) return false;
+  const auto value = [bf16](uint16_t bits) { return bf16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits); };
+  float largest = 0.0f;
+  for (uint16_t b : first) {
+    const float x = std::fabs(value(b));
+    if (std::isfinite(x)) largest = std::max(largest, x);
+  }
+  const float bound = std::ldexp(std::max(largest, 1e-30f), -6);
+  for (size_t i = 0; i < first.size(); ++i) {
+    const float a = value(first[i]), b = value(candidate[i]);
+    if (a == b) continue;
+    if (std::isnan(a) || std::isnan(b)) {
+      if (std::isnan(a) != std::isnan(b)) return false;
+      continue;
+    }
+    if (!(std::fabs(a - b) <= bound)) return false;  // an infinity against a finite value fails too
+  }
+  return true;
 }
 
 TileTuner& TileTuner::global() {
