@@ -171,7 +171,9 @@ std::string wgmma_functions(int ss_n, int rs_n, bool bf16) {
 
 size_t wgmma_tile_smem_bytes(const KernelKey& key) {
   const size_t block_m = static_cast<size_t>(key.tile.block_m()), block_n = static_cast<size_t>(key.tile.block_n);
-  const size_t q = block_m * key.head_dim_qk * 2, stage = block_n * (key.head_dim_qk + key.head_dim_vo) * 2;
+  // Rows of whole 128-byte column blocks: S's k steps over the qk dim rounded up to 16, P V's N.
+  const size_t qk_blocks = ((key.head_dim_qk + 15) / 16 * 16 + 63) / 64, vo_blocks = (key.head_dim_vo + 63) / 64;
+  const size_t q = block_m * qk_blocks * 128, stage = block_n * (qk_blocks + vo_blocks) * 128;
   return q + key.tile.stages * stage + 1024;  // 1024: the swizzle's alignment, found at run time
 }
 
@@ -180,8 +182,8 @@ size_t tile_smem_bytes(const KernelKey& key) {
 }
 
 bool wgmma_serves(const KernelKey& key, const std::string& arch) {
-  return (arch == "sm_90" || arch == "sm_90a") && key.tensor_cores() && key.head_dim_qk % 64 == 0 &&
-         key.head_dim_vo % 64 == 0 && (key.dtype == DType::bf16 || key.dtype == DType::f16);
+  return (arch == "sm_90" || arch == "sm_90a") && key.tensor_cores() && key.head_dim_qk % 8 == 0 &&
+         key.head_dim_vo % 8 == 0 && key.head_dim_vo <= 256 && (key.dtype == DType::bf16 || key.dtype == DType::f16);
 }
 
 std::string compile_arch(const KernelKey& key, const std::string& arch) {
@@ -195,9 +197,9 @@ std::string render_wgmma_tile(const KernelKey& key) {
   const TileConfig& t = key.tile;
   ATTNKIT_CHECK(t.wgmma && t.warps_m % 4 == 0 && t.warps_n == 1 && t.m_tiles == 1 && t.block_n % 64 == 0,
                 "jit: tile ", t.describe(), " is not one of the wgmma template's (warpgroups of 64 rows, 64-key steps)");
-  ATTNKIT_CHECK(key.head_dim_qk % 64 == 0 && key.head_dim_vo % 64 == 0 && key.head_dim_vo <= 256,
-                "jit: the wgmma_tile kernel takes head dims that are multiples of 64 up to 256, got ", key.head_dim_qk,
-                "/", key.head_dim_vo);
+  ATTNKIT_CHECK(key.head_dim_qk % 8 == 0 && key.head_dim_vo % 8 == 0 && key.head_dim_vo <= 256,
+                "jit: the wgmma_tile kernel takes head dims that are multiples of 8, vo up to 256, got ",
+                key.head_dim_qk, "/", key.head_dim_vo);
   std::string s = kWgmmaTileTemplate;
   replace_all(s, "$WGMMA_FUNCTIONS", wgmma_functions(t.block_n, key.head_dim_vo, key.dtype == DType::bf16));
   render_tile_common(s, key);

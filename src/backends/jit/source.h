@@ -71,7 +71,7 @@ size_t mma_tile_smem_bytes(const KernelKey& key);
 size_t wgmma_tile_smem_bytes(const KernelKey& key);
 size_t tile_smem_bytes(const KernelKey& key);  // whichever template the tile names
 
-// Whether the wgmma template can serve `key` (16-bit q and cache alike, head dims multiples of 64)
+// Whether the wgmma template can serve `key` (16-bit q and cache alike, head dims multiples of 8)
 // on `arch` (sm_90: wgmma is sm_90a's), and the architecture its source is compiled for there.
 bool wgmma_serves(const KernelKey& key, const std::string& arch);
 std::string compile_arch(const KernelKey& key, const std::string& arch);

@@ -68,7 +68,8 @@ TEST(JitSource, RendersTheHopperTemplate) {
   EXPECT_FALSE(TileConfig::parse("n128 w6x1 m1 s2 wgmma").has_value()) << "whole warpgroups";
   EXPECT_TRUE(wgmma_serves(k, "sm_90"));
   EXPECT_FALSE(wgmma_serves(k, "sm_100"));
-  EXPECT_FALSE(wgmma_serves(key(96, 96, 4, 16, DType::bf16, DType::bf16), "sm_90"));
+  EXPECT_TRUE(wgmma_serves(key(96, 96, 4, 16, DType::bf16, DType::bf16), "sm_90"));
+  EXPECT_FALSE(wgmma_serves(key(96, 96, 4, 16, DType::bf16, DType::f16), "sm_90")) << "q and cache of one dtype";
   EXPECT_EQ(compile_arch(k, "sm_90"), "sm_90a");
   EXPECT_EQ(compile_arch(key(128, 128, 4, 16, DType::bf16, DType::bf16), "sm_90"), "sm_90");
   auto has_wgmma = [](const std::vector<TileConfig>& ts) {
@@ -77,7 +78,8 @@ TEST(JitSource, RendersTheHopperTemplate) {
   EXPECT_TRUE(has_wgmma(tile_candidates(k, false, "sm_90")));
   EXPECT_FALSE(has_wgmma(tile_candidates(k, true, "sm_90"))) << "decode blocks of a few rows";
   EXPECT_FALSE(has_wgmma(tile_candidates(k, false, "sm_80")));
-  EXPECT_FALSE(has_wgmma(tile_candidates(key(96, 96, 4, 16, DType::bf16, DType::bf16), false, "sm_90")));
+  EXPECT_TRUE(has_wgmma(tile_candidates(key(96, 96, 4, 16, DType::bf16, DType::bf16), false, "sm_90")));
+  EXPECT_TRUE(has_wgmma(tile_candidates(key(72, 72, 4, 16, DType::f16, DType::f16), false, "sm_90")));
   const std::string wide = render(key(192, 128, 4, 16, DType::f16, DType::f16));  // mma_tile, the first candidate
   EXPECT_EQ(wide.find("wgmma"), std::string::npos);
 }
@@ -105,6 +107,7 @@ TEST(JitSource, EveryTileCandidateCompilesForSm90a) {
   if (!nvrtc) GTEST_SKIP() << why;
   std::vector<KernelKey> keys;
   for (const KernelKey& base : {key(128, 128, 4, 16, DType::bf16, DType::bf16), key(96, 96, 2, 1, DType::f16, DType::f16),
+                                key(72, 72, 4, 16, DType::bf16, DType::bf16),
                                 key(256, 256, 8, 64, DType::bf16, DType::bf16), key(192, 128, 1, 32, DType::bf16, DType::bf16)}) {
     for (bool decode : {true, false}) {
       for (const TileConfig& t : tile_candidates(base, decode, "sm_90")) {

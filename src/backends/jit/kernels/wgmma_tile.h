@@ -6,7 +6,7 @@
 // registers (m64nDVOk16). K/V tiles are gathered from the paged pool with cp.async into a ring of
 // STAGES stages laid out as wgmma reads them: rows of 128 bytes (64 elements), their 16-byte
 // chunks XOR-swizzled by row % 8, 64-column blocks one after another. Head dims are multiples of
-// 64 (qk and vo apart). The instructions of the shapes in use are rendered at $WGMMA_FUNCTIONS
+// 8 up to 256 (qk and vo apart). The instructions of the shapes in use are rendered at $WGMMA_FUNCTIONS
 // (source.cc); the merge and mask kernels are mma_tile's (tile_common.h).
 #pragma once
 
@@ -34,12 +34,17 @@ inline constexpr const char* kWgmmaTileTemplate = R"CUDA(
 
 #define BLOCK_M (64 * WGS)
 #define THREADS (128 * WGS)
-#define Q_BYTES (BLOCK_M * HEAD_DIM_QK * 2)
-#define K_BYTES (BLOCK_N * HEAD_DIM_QK * 2)
-#define STAGE_BYTES (K_BYTES + BLOCK_N * HEAD_DIM_VO * 2)
+// Head dims are multiples of 8: S's k steps run over DQK (zero-filled past HEAD_DIM_QK), a row of
+// each operand takes whole 64-column blocks (the last one's tail unread), P V's N is HEAD_DIM_VO.
+#define DQK ((HEAD_DIM_QK + 15) / 16 * 16)
+#define QK_BLOCKS ((DQK + 63) / 64)
+#define VO_BLOCKS ((HEAD_DIM_VO + 63) / 64)
+#define Q_BYTES (BLOCK_M * QK_BLOCKS * 128)
+#define K_BYTES (BLOCK_N * QK_BLOCKS * 128)
+#define STAGE_BYTES (K_BYTES + BLOCK_N * VO_BLOCKS * 128)
 #define MAIN_BYTES (Q_BYTES + STAGES * STAGE_BYTES)
 static_assert(MAIN_BYTES + 1024 <= $SMEM_BYTES, "the host's shared-memory size is short");  // 1024: alignment
-static_assert(HEAD_DIM_QK % 64 == 0 && HEAD_DIM_VO % 64 == 0, "64-element column blocks");
+static_assert(HEAD_DIM_QK % 8 == 0 && HEAD_DIM_VO % 8 == 0 && HEAD_DIM_VO <= 256, "wgmma's N: multiples of 8 up to 256");
 static_assert(BLOCK_N % 64 == 0 && STAGES >= 2, "whole k steps of P V, and a ring");
 
 $PTX_FUNCTIONS
@@ -75,14 +80,14 @@ $WORK_ITEM
   const unsigned s_base = smem_addr(smem);
 
   // Q: row r's 16-byte chunk cc into column block cc / 8, swizzled; rows past the request are zeros.
-  for (int c = tid; c < BLOCK_M * (HEAD_DIM_QK / 8); c += THREADS) {
-    const int r = c / (HEAD_DIM_QK / 8), cc = c % (HEAD_DIM_QK / 8), p = row0 + r;
-    const bool ok = p < rows;
+  for (int c = tid; c < BLOCK_M * (DQK / 8); c += THREADS) {
+    const int r = c / (DQK / 8), cc = c % (DQK / 8), p = row0 + r;
+    const bool ok = p < rows && cc * 8 < HEAD_DIM_QK;
     const elem* src = ok ? q + ((long long)(qo_start + p / GROUP) * num_qo_heads + kv_head * GROUP + p % GROUP) * HEAD_DIM_QK + cc * 8 : q;
     copy16(s_base + (cc / 8) * BLOCK_M * 128 + swz(r, cc % 8), src, ok);
   }
   const int num_tiles = (kv_hi - kv_lo + BLOCK_N - 1) / BLOCK_N;
-#define CHUNKS (HEAD_DIM_QK / 8)
+#define CHUNKS (DQK / 8)
 #define VCHUNKS (HEAD_DIM_VO / 8)
   const unsigned k_pitch = num_kv_heads * HEAD_DIM_QK * 2, v_pitch = num_kv_heads * HEAD_DIM_VO * 2;  // bytes a slot
 #if THREADS % CHUNKS == 0 && VCHUNKS <= CHUNKS
@@ -107,7 +112,7 @@ $WORK_ITEM
     for (int i = 0; i < BLOCK_N / LROWS; ++i) {
       const unsigned r = l_r0 + i * LROWS;
       const bool ok = t0 + i * LROWS < (unsigned)kv_hi;
-      copy16(s_k + swz(r, l_cc % 8), k_base + (unsigned long long)slot[i] * k_pitch, ok);
+      copy16(s_k + swz(r, l_cc % 8), k_base + (unsigned long long)slot[i] * k_pitch, ok && l_cc * 8 < HEAD_DIM_QK);
       if (l_cc < VCHUNKS) copy16(s_v + swz(r, l_cc % 8), v_base + (unsigned long long)slot[i] * v_pitch, ok);
     }
   };
@@ -116,7 +121,7 @@ $WORK_ITEM
   auto copy_rows = [&](unsigned s_dst, const elem* pool, int chunks, int head_dim, unsigned pitch, int t0) {
     for (int c = tid; c < BLOCK_N * chunks; c += THREADS) {
       const int r = c / chunks, cc = c % chunks, t = t0 + r;
-      const bool ok = t < kv_hi;
+      const bool ok = t < kv_hi && cc * 8 < head_dim;  // past the head dim (K's pad to DQK): zeros
       const unsigned long long slot = ok ? (unsigned long long)pages[t / PAGE_SIZE] * PAGE_SIZE + t % PAGE_SIZE : 0ull;
       copy16(s_dst + (cc / 8) * BLOCK_N * 128 + swz(r, cc % 8),
              reinterpret_cast<const char*>(pool) + slot * pitch + (kv_head * head_dim + cc * 8) * 2, ok);
@@ -164,7 +169,7 @@ $TILE_ISSUE
     float s[BLOCK_N / 2];
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < HEAD_DIM_QK / 16; ++kk) {
+    for (int kk = 0; kk < DQK / 16; ++kk) {
       wgmma_ss(s, make_desc(s_q + (kk / 4) * BLOCK_M * 128 + (kk % 4) * 32, 16),
                make_desc(s_k + (kk / 4) * BLOCK_N * 128 + (kk % 4) * 32, 16), kk > 0);
     }
