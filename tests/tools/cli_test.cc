@@ -258,13 +258,16 @@ TEST(Cli, WarmupCompilesOnceIntoTheDiskCacheWithoutAGpu) {
     GTEST_SKIP() << first.output;
   }
   EXPECT_EQ(first.status, 0) << first.output;
-  // Every tile the tuner may measure, decode- and prefill-shaped (6 and 5).
-  EXPECT_NE(first.output.find("[1/11] mma_tile d128/128 g2 p16 bf16 kv bf16 n64 w1x4 m1 s4 score_mod (score * 0.5f) "
+  // Every tile the tuner may measure, decode- and prefill-shaped (6 and 5), and on sm_90 the wgmma
+  // template's for prefill (4, compiled for sm_90a).
+  EXPECT_NE(first.output.find("[1/15] mma_tile d128/128 g2 p16 bf16 kv bf16 n64 w1x4 m1 s4 score_mod (score * 0.5f) "
                               "for sm_90: compiled in"),
             std::string::npos) << first.output;
-  EXPECT_NE(first.output.find("11 compiled, 0 already on disk"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("wgmma_tile d128/128 g2 p16 bf16 kv bf16 n128 w8x1 m1 s2 wgmma"), std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find("15 compiled, 0 already on disk"), std::string::npos) << first.output;
   const Outcome second = run_tool(args);
-  EXPECT_NE(second.output.find("0 compiled, 11 already on disk"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("0 compiled, 15 already on disk"), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("cache: " + dir), std::string::npos) << second.output;
   ::unsetenv("ATTNKIT_CACHE_DIR");
   std::filesystem::remove_all(dir);

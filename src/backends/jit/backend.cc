@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -188,7 +189,9 @@ void JitBackend::launch_warp_row(int layer, const jit::CompiledKernel& kernel, c
 const JitBackend::Tuned& JitBackend::tuned(const std::string& name, int layer, const jit::KernelKey& base,
                                            const TensorView& q, const TensorView& out) {
   if (auto it = tuned_.find(name); it != tuned_.end()) return it->second;
-  // Each candidate timed on this layer's real call: two launches to warm, the median of five.
+  // Each candidate timed on this layer's real call: two launches to warm, the median of five; its
+  // output then checked against the first candidate's (the tuner measures them in order).
+  std::vector<uint16_t> first_out;
   const auto measure = [&](const jit::TileConfig& t) -> double {
     jit::KernelKey k = base;
     k.tile = t;
@@ -211,6 +214,16 @@ const JitBackend::Tuned& JitBackend::tuned(const std::string& name, int layer, c
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    std::vector<uint16_t> got(static_cast<size_t>(out.numel()));
+    ATTNKIT_CUDA_CHECK(cudaMemcpyAsync(got.data(), out.data, out.nbytes(), cudaMemcpyDeviceToHost, stream()));
+    ATTNKIT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    if (first_out.empty()) {
+      first_out = std::move(got);
+    } else if (!jit::outputs_agree(first_out, got, out.dtype == DType::bf16)) {
+      std::fprintf(stderr, "attnkit jit: tile %s disagrees with %s on this call; passed over\n", k.describe().c_str(),
+                   jit::tile_candidates(base, decode_shaped_, jit::ModuleCache::device_arch()).front().describe().c_str());
+      return std::numeric_limits<double>::infinity();
+    }
     return ms[ms.size() / 2];
   };
   const jit::TileConfig tile =
@@ -243,7 +256,7 @@ void JitBackend::run_extend(int layer, const TensorView& q, const TensorView& k,
     name = bucket_ + "|" + base.describe();
     if (!tuned_.count(name)) {
       jit::KernelKey first = base;
-      first.tile = jit::tile_candidates(base, decode_shaped_).front();
+      first.tile = jit::tile_candidates(base, decode_shaped_, jit::ModuleCache::device_arch()).front();
       jit::ModuleCache::global().get(first);  // as above: a variant that does not compile fails here
     }
   }

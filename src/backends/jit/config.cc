@@ -6,20 +6,28 @@
 
 namespace attnkit::jit {
 
-std::vector<TileConfig> tile_candidates(const KernelKey& key, bool decode) {
+std::vector<TileConfig> tile_candidates(const KernelKey& key, bool decode, const std::string& arch) {
   // {block_n, warps_m, warps_n, m_tiles, stages}. Decode reads every key once: deep rings keep
   // enough bytes in flight. Prefill reuses each tile over the block's rows: two row tiles a warp
   // halve the shared-memory reads a product needs, which bound it.
-  const std::vector<TileConfig> all =
+  std::vector<TileConfig> all =
       decode ? std::vector<TileConfig>{{64, 1, 4, 1, 4}, {64, 1, 4, 1, 2}, {64, 1, 4, 1, 3}, {128, 1, 4, 1, 3}, {32, 1, 2, 1, 4}, {128, 1, 4, 1, 2}}
              : std::vector<TileConfig>{{64, 4, 1, 2, 2}, {32, 4, 1, 2, 3}, {64, 4, 1, 1, 3}, {64, 8, 1, 1, 2}, {128, 4, 1, 1, 2}};
+  // Prefill on sm_90: the wgmma template, one or two warpgroups of 64 rows (a decode block of a
+  // few rows would leave most of a warpgroup's 64 idle).
+  if (!decode && wgmma_serves(key, arch)) {
+    for (const TileConfig& t : {TileConfig{128, 8, 1, 1, 2, true}, TileConfig{128, 8, 1, 1, 3, true},
+                                TileConfig{64, 8, 1, 1, 3, true}, TileConfig{128, 4, 1, 1, 3, true}}) {
+      all.push_back(t);
+    }
+  }
   std::vector<TileConfig> fit;
   for (const TileConfig& t : all) {
     KernelKey k = key;
     k.tile = t;
     // Two row tiles of a head dim past 128 hold more accumulators than a thread's 255 registers.
     const bool registers = t.m_tiles == 1 || std::max(key.head_dim_qk, key.head_dim_vo) <= 128;
-    if (mma_tile_smem_bytes(k) <= kMaxSharedBytes && registers) fit.push_back(t);
+    if (tile_smem_bytes(k) <= kMaxSharedBytes && registers) fit.push_back(t);
   }
   return fit;
 }

@@ -26,9 +26,9 @@ inline constexpr size_t kMaxSharedBytes = 232448;
 
 // The tile configurations the autotuner measures for `key` (its tile ignored): `decode` where every
 // request brings at most 16 packed query rows (few rows, many keys: the warps split the keys), else
-// prefill-shaped ones (the warps split the rows). Each fits kMaxSharedBytes; the first is the
-// default where tuning is off.
-std::vector<TileConfig> tile_candidates(const KernelKey& key, bool decode);
+// prefill-shaped ones (the warps split the rows), and on `arch` sm_90 the wgmma template's
+// (wgmma_serves). Each fits kMaxSharedBytes; the first is the default where tuning is off.
+std::vector<TileConfig> tile_candidates(const KernelKey& key, bool decode, const std::string& arch);
 
 Capabilities capabilities();
 // Why the backend cannot run here (no CUDA device, no NVRTC), or empty (backend.cc: CUDA builds).

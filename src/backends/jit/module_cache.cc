@@ -48,9 +48,10 @@ const Nvrtc& nvrtc_or_throw() {
 
 }  // namespace
 
-WarmResult ModuleCache::warm(const KernelKey& key, const std::string& arch) {
+WarmResult ModuleCache::warm(const KernelKey& key, const std::string& target) {
   const Nvrtc& nvrtc = nvrtc_or_throw();
   const std::string source = render(key);
+  const std::string arch = compile_arch(key, target);  // what get() compiles for on a GPU of `target`
   const std::string cache_key = module_key(source, arch, nvrtc);
   WarmResult r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -82,7 +83,7 @@ std::string ModuleCache::device_arch() {
 const CompiledKernel& ModuleCache::get(const KernelKey& key) {
   const Nvrtc* nvrtc = &nvrtc_or_throw();
   const std::string source = render(key);
-  const std::string arch = device_arch();
+  const std::string arch = compile_arch(key, device_arch());
   const std::string cache_key = module_key(source, arch, *nvrtc);
 
   std::lock_guard<std::mutex> lock(mutex_);
@@ -114,7 +115,7 @@ const CompiledKernel& ModuleCache::get(const KernelKey& key) {
       k.tile_mask = reinterpret_cast<const void*>(tile_mask);
     }
     k.threads = key.tile.threads();
-    k.smem_bytes = mma_tile_smem_bytes(key);
+    k.smem_bytes = tile_smem_bytes(key);
     k.smem_opt_in->ensure(k.entry, static_cast<int>(k.smem_bytes));  // here for the occupancy query below
   } else {
     k.threads = kWarpRowThreads;
@@ -136,6 +137,7 @@ std::vector<JitWarmup> jit_warmup(const ModelSpec& model, const KvCacheConfig& c
   const auto add = [&keys](const jit::KernelKey& k) {
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   };
+  const std::string target = arch.empty() ? jit::ModuleCache::device_arch() : arch;
   for (int l = 0; l < model.num_layers(); ++l) {
     jit::KernelKey k = jit::kernel_key_for(model.layer(l), cache, q_dtype);
     if (!k.tensor_cores()) {
@@ -143,13 +145,12 @@ std::vector<JitWarmup> jit_warmup(const ModelSpec& model, const KvCacheConfig& c
       continue;
     }
     for (bool decode : {true, false}) {
-      for (const jit::TileConfig& t : jit::tile_candidates(k, decode)) {
+      for (const jit::TileConfig& t : jit::tile_candidates(k, decode, target)) {
         k.tile = t;
         add(k);
       }
     }
   }
-  const std::string target = arch.empty() ? jit::ModuleCache::device_arch() : arch;
   std::vector<JitWarmup> done;
   for (const jit::KernelKey& k : keys) {
     const jit::WarmResult r = jit::ModuleCache::global().warm(k, target);

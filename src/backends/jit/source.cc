@@ -9,8 +9,10 @@
 #include "backends/jit/config.h"
 #include "backends/jit/kernels/mma_ptx.h"
 #include "backends/jit/kernels/mma_tile.h"
+#include "backends/jit/kernels/tile_common.h"
 #include "backends/jit/kernels/variants.h"
 #include "backends/jit/kernels/warp_row.h"
+#include "backends/jit/kernels/wgmma_tile.h"
 #include "core/variant_expr.h"
 
 namespace attnkit::jit {
@@ -29,25 +31,53 @@ void render_variants(std::string& s, const KernelKey& key) {
   replace_all(s, "$MASK_MOD", key.mask_mod.empty() ? "true" : key.mask_mod);
 }
 
+// What both tile templates name alike: the shared pieces (tile_common.h, mma_ptx.h), the key's
+// shape and dtype, the tile's keys and stages, and the variants.
+void render_tile_common(std::string& s, const KernelKey& key) {
+  replace_all(s, "$TILE_COMMON", kTileCommon);
+  replace_all(s, "$TILE_ISSUE", kTileIssue);
+  replace_all(s, "$ATTEND_PARAMS", kAttendParams);
+  replace_all(s, "$WORK_ITEM", kWorkItem);
+  replace_all(s, "$PTX_FUNCTIONS", kMmaPtxFunctions);  // before $BF16: the functions use it
+  replace_all(s, "$HEAD_DIM_QK", std::to_string(key.head_dim_qk));
+  replace_all(s, "$HEAD_DIM_VO", std::to_string(key.head_dim_vo));
+  replace_all(s, "$GROUP", std::to_string(key.group));
+  replace_all(s, "$PAGE_SIZE", std::to_string(key.page_size));
+  replace_all(s, "$BF16", key.dtype == DType::bf16 ? "1" : "0");
+  replace_all(s, "$BLOCK_N", std::to_string(key.tile.block_n));
+  replace_all(s, "$STAGES", std::to_string(key.tile.stages));
+  replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)));
+  replace_all(s, "$CONFIG", key.tile.describe());
+  render_variants(s, key);
+}
+
 }  // namespace
 
 std::string TileConfig::describe() const {
-  return detail::concat("n", block_n, " w", warps_m, "x", warps_n, " m", m_tiles, " s", stages);
+  return detail::concat("n", block_n, " w", warps_m, "x", warps_n, " m", m_tiles, " s", stages, wgmma ? " wgmma" : "");
 }
 
 std::optional<TileConfig> TileConfig::parse(const std::string& text) {
   TileConfig t;
+  std::string body = text;
+  constexpr const char* kWgmma = " wgmma";
+  if (body.size() > 6 && body.compare(body.size() - 6, 6, kWgmma) == 0) {
+    t.wgmma = true;
+    body.resize(body.size() - 6);
+  }
   char tail = 0;
-  if (std::sscanf(text.c_str(), "n%d w%dx%d m%d s%d%c", &t.block_n, &t.warps_m, &t.warps_n, &t.m_tiles, &t.stages,
+  if (std::sscanf(body.c_str(), "n%d w%dx%d m%d s%d%c", &t.block_n, &t.warps_m, &t.warps_n, &t.m_tiles, &t.stages,
                   &tail) != 5) {
     return {};
   }
   if (t.block_n <= 0 || t.warps_m <= 0 || t.warps_n <= 0 || t.m_tiles < 1 || t.m_tiles > 2 || t.stages < 2) return {};
+  // The wgmma template's tiles: whole warpgroups of one row tile a warp, keys in 64-key steps.
+  if (t.wgmma && (t.warps_m % 4 != 0 || t.warps_n != 1 || t.m_tiles != 1 || t.block_n % 64 != 0)) return {};
   return t;
 }
 
 std::string KernelKey::describe() const {
-  std::string s = detail::concat(tensor_cores() ? "mma_tile d" : "warp_row d", head_dim_qk, "/", head_dim_vo, " g", group, " p", page_size, " ",
+  std::string s = detail::concat(!tensor_cores() ? "warp_row d" : tile.wgmma ? "wgmma_tile d" : "mma_tile d", head_dim_qk, "/", head_dim_vo, " g", group, " p", page_size, " ",
                                  dtype_name(dtype), " kv ", dtype_name(kv_dtype));
   if (tensor_cores()) s += detail::concat(" ", tile.describe());
   if (!score_mod.empty()) s += " score_mod " + score_mod;
@@ -89,17 +119,10 @@ std::string render_mma_tile(const KernelKey& key) {
   ATTNKIT_CHECK(t.block_n % (16 * t.warps_n) == 0, "jit: tile ", t.describe(),
                 ": block_n must be a multiple of 16 x warps_n");
   std::string s = kMmaTileTemplate;
-  replace_all(s, "$PTX_FUNCTIONS", kMmaPtxFunctions);  // before $BF16: the functions use it
-  replace_all(s, "$HEAD_DIM_QK", std::to_string(key.head_dim_qk));
-  replace_all(s, "$HEAD_DIM_VO", std::to_string(key.head_dim_vo));
-  replace_all(s, "$GROUP", std::to_string(key.group));
-  replace_all(s, "$PAGE_SIZE", std::to_string(key.page_size));
-  replace_all(s, "$BF16", key.dtype == DType::bf16 ? "1" : "0");
-  replace_all(s, "$BLOCK_N", std::to_string(t.block_n));
+  render_tile_common(s, key);
   replace_all(s, "$WARPS_M", std::to_string(t.warps_m));
   replace_all(s, "$WARPS_N", std::to_string(t.warps_n));
   replace_all(s, "$M_TILES", std::to_string(t.m_tiles));
-  replace_all(s, "$STAGES", std::to_string(t.stages));
   replace_all(s, "$SMEM_BYTES", std::to_string(mma_tile_smem_bytes(key)));
   // Decode tiles: the CTAs an SM holds by shared memory (sm_90: 228 KiB, 1 KiB reserved a CTA), at
   // most as many as leave a thread 168 registers; ptxas fits its registers to that many (n64 s2: 3
@@ -110,13 +133,86 @@ std::string render_mma_tile(const KernelKey& key) {
   const size_t by_regs = kRegsPerSm / (kMinRegsPerThread * static_cast<size_t>(t.threads()));
   const size_t min_ctas = t.warps_m == 1 ? std::max<size_t>(1, std::min(by_smem, by_regs)) : 1;
   replace_all(s, "$MIN_CTAS", std::to_string(min_ctas));
-  replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)));
-  replace_all(s, "$CONFIG", t.describe());
-  render_variants(s, key);
   return s;
 }
 
-std::string render(const KernelKey& key) { return key.tensor_cores() ? render_mma_tile(key) : render_warp_row(key); }
+namespace {
+
+// The wgmma instructions the template issues, for its shapes: S = Q K^T as m64n`ss_n`k16 (both
+// operands K-major in shared memory, scale_d 0 overwrites), O += P V as m64n`rs_n`k16 (P from
+// registers, V MN-major in shared memory), written out operand by operand.
+std::string wgmma_functions(int ss_n, int rs_n, bool bf16) {
+  const char* type = bf16 ? "bf16" : "f16";
+  auto regs = [](int first, int count) {
+    std::string r = "{";
+    for (int i = 0; i < count; ++i) r += detail::concat(i ? ", %" : "%", first + i);
+    return r + "}";
+  };
+  auto outputs = [](int count) {
+    std::string r;
+    for (int i = 0; i < count; ++i) r += detail::concat(i ? ", " : "", "\"+f\"(d[", i, "])");
+    return r;
+  };
+  const int ss = ss_n / 2, rs = rs_n / 2;
+  return detail::concat(
+      "__device__ __forceinline__ void wgmma_ss(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {\n"
+      "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %", ss + 2, ", 0;\\nwgmma.mma_async.sync.aligned.m64n", ss_n,
+      "k16.f32.", type, ".", type, " ", regs(0, ss), ", %", ss, ", %", ss + 1, ", p, 1, 1, 0, 0;\\n}\\n\"\n"
+      "               : ", outputs(ss), "\n"
+      "               : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d));\n}\n\n"
+      "__device__ __forceinline__ void wgmma_rs(float* d, const unsigned* a, unsigned long long desc_b) {\n"
+      "  asm volatile(\"{\\n.reg .pred p;\\nsetp.eq.u32 p, 1, 1;\\nwgmma.mma_async.sync.aligned.m64n", rs_n,
+      "k16.f32.", type, ".", type, " ", regs(0, rs), ", ", regs(rs, 4), ", %", rs + 4, ", p, 1, 1, 1;\\n}\\n\"\n"
+      "               : ", outputs(rs), "\n"
+      "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc_b));\n}\n");
+}
+
+}  // namespace
+
+size_t wgmma_tile_smem_bytes(const KernelKey& key) {
+  const size_t block_m = static_cast<size_t>(key.tile.block_m()), block_n = static_cast<size_t>(key.tile.block_n);
+  // Rows of whole 128-byte column blocks: S's k steps over the qk dim rounded up to 16, P V's N.
+  const size_t qk_blocks = ((key.head_dim_qk + 15) / 16 * 16 + 63) / 64, vo_blocks = (key.head_dim_vo + 63) / 64;
+  const size_t q = block_m * qk_blocks * 128, stage = block_n * (qk_blocks + vo_blocks) * 128;
+  return q + key.tile.stages * stage + 1024;  // 1024: the swizzle's alignment, found at run time
+}
+
+size_t tile_smem_bytes(const KernelKey& key) {
+  return key.tile.wgmma ? wgmma_tile_smem_bytes(key) : mma_tile_smem_bytes(key);
+}
+
+bool wgmma_serves(const KernelKey& key, const std::string& arch) {
+  return (arch == "sm_90" || arch == "sm_90a") && key.tensor_cores() && key.head_dim_qk % 8 == 0 &&
+         key.head_dim_vo % 8 == 0 && key.head_dim_vo <= 256 && (key.dtype == DType::bf16 || key.dtype == DType::f16);
+}
+
+std::string compile_arch(const KernelKey& key, const std::string& arch) {
+  return key.tensor_cores() && key.tile.wgmma && arch == "sm_90" ? "sm_90a" : arch;
+}
+
+std::string render_wgmma_tile(const KernelKey& key) {
+  ATTNKIT_CHECK(key.tensor_cores() && (key.dtype == DType::bf16 || key.dtype == DType::f16),
+                "jit: the wgmma_tile kernel reads q and cache of one dtype, bf16 or f16; got ", dtype_name(key.dtype),
+                " over ", dtype_name(key.kv_dtype));
+  const TileConfig& t = key.tile;
+  ATTNKIT_CHECK(t.wgmma && t.warps_m % 4 == 0 && t.warps_n == 1 && t.m_tiles == 1 && t.block_n % 64 == 0,
+                "jit: tile ", t.describe(), " is not one of the wgmma template's (warpgroups of 64 rows, 64-key steps)");
+  ATTNKIT_CHECK(key.head_dim_qk % 8 == 0 && key.head_dim_vo % 8 == 0 && key.head_dim_vo <= 256,
+                "jit: the wgmma_tile kernel takes head dims that are multiples of 8, vo up to 256, got ",
+                key.head_dim_qk, "/", key.head_dim_vo);
+  std::string s = kWgmmaTileTemplate;
+  replace_all(s, "$WGMMA_FUNCTIONS", wgmma_functions(t.block_n, key.head_dim_vo, key.dtype == DType::bf16));
+  render_tile_common(s, key);
+  replace_all(s, "$WGS", std::to_string(t.warps_m / 4));
+  replace_all(s, "$SMEM_BYTES", std::to_string(wgmma_tile_smem_bytes(key)));
+  replace_all(s, "$MIN_CTAS", "1");
+  return s;
+}
+
+std::string render(const KernelKey& key) {
+  if (!key.tensor_cores()) return render_warp_row(key);
+  return key.tile.wgmma ? render_wgmma_tile(key) : render_mma_tile(key);
+}
 
 }  // namespace attnkit::jit
 
@@ -144,7 +240,7 @@ std::string jit_kernel_source(const AttentionSpec& spec, const KvCacheConfig& ca
                               const std::string& tile) {
   jit::KernelKey key = jit::kernel_key_for(spec, cache, q_dtype);
   if (tile.empty()) {
-    if (key.tensor_cores()) key.tile = jit::tile_candidates(key, false).front();
+    if (key.tensor_cores()) key.tile = jit::tile_candidates(key, false, "").front();
   } else {
     const std::optional<jit::TileConfig> t = jit::TileConfig::parse(tile);
     ATTNKIT_CHECK(t.has_value(), "jit: tile '", tile, "' is not one; expected e.g. \"n32 w4x1 m2 s3\"");

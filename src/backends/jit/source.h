@@ -20,11 +20,14 @@ struct TileConfig {
   int warps_n = 1;
   int m_tiles = 1;  // 16-row tiles a warp (1 or 2)
   int stages = 2;
+  // The Hopper template (wgmma_tile, sm_90a) instead of mma_tile: warps_m / 4 warpgroups of 64
+  // rows (m_tiles 1, warps_n 1), both products on wgmma.
+  bool wgmma = false;
 
   bool operator==(const TileConfig&) const = default;
   int block_m() const { return 16 * m_tiles * warps_m; }
   int threads() const { return 32 * warps_m * warps_n; }
-  std::string describe() const;  // "n64 w4x1 m1 s2"
+  std::string describe() const;  // "n64 w4x1 m1 s2", "n128 w8x1 m1 s2 wgmma"
   // Parses describe()'s text; nothing where it is not one.
   static std::optional<TileConfig> parse(const std::string& text);
 };
@@ -43,7 +46,8 @@ struct KernelKey {
   // Tensor cores take both operands in one dtype: q and cache alike run mma_tile, else warp_row.
   bool tensor_cores() const { return dtype == kv_dtype; }
   bool operator==(const KernelKey&) const = default;
-  // "mma_tile d128/128 g4 p16 bf16 kv bf16 n64 w4x1 m1 s2" (or "warp_row ..."), plus the variants.
+  // "mma_tile d128/128 g4 p16 bf16 kv bf16 n64 w4x1 m1 s2" (or "wgmma_tile ...", "warp_row ..."),
+  // plus the variants.
   std::string describe() const;
 };
 
@@ -54,14 +58,22 @@ KernelKey kernel_key_for(const AttentionSpec& spec, const KvCacheConfig& cache, 
 // warp_row's CTA: a warp a query row, the group's heads on its warps.
 inline constexpr int kWarpRowThreads = 128;
 
-// The CUDA source of `key`'s kernel: mma_tile (entry points attend and merge) where
-// key.tensor_cores(), else warp_row (attend).
+// The CUDA source of `key`'s kernel: mma_tile or, with a wgmma tile, wgmma_tile (entry points
+// attend and merge, and tile_mask with a mask_mod) where key.tensor_cores(), else warp_row (attend).
 std::string render(const KernelKey& key);
 std::string render_warp_row(const KernelKey& key);
 std::string render_mma_tile(const KernelKey& key);
+std::string render_wgmma_tile(const KernelKey& key);
 
-// Shared memory the mma_tile kernel of `key` is launched with: Q, then the ring of K/V stages, or
-// the epilogue's fp32 O where that is larger (the template asserts its own sum fits).
+// Shared memory the tile kernel of `key` is launched with: Q, then the ring of K/V stages, or
+// mma_tile's epilogue's fp32 O where that is larger (the templates assert their own sums fit).
 size_t mma_tile_smem_bytes(const KernelKey& key);
+size_t wgmma_tile_smem_bytes(const KernelKey& key);
+size_t tile_smem_bytes(const KernelKey& key);  // whichever template the tile names
+
+// Whether the wgmma template can serve `key` (16-bit q and cache alike, head dims multiples of 8)
+// on `arch` (sm_90: wgmma is sm_90a's), and the architecture its source is compiled for there.
+bool wgmma_serves(const KernelKey& key, const std::string& arch);
+std::string compile_arch(const KernelKey& key, const std::string& arch);
 
 }  // namespace attnkit::jit

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 
+#include "attnkit/dtype.h"
 #include "attnkit/error.h"
 #include "backends/jit/config.h"
 #include "backends/jit/nvrtc.h"
@@ -30,6 +32,27 @@ std::string shape_bucket(bool decode, int64_t packed_rows, int64_t kv_tokens) {
   return detail::concat(decode ? "decode" : "prefill", " rows 2^", log2_ceil(packed_rows), " kv 2^", log2_ceil(kv_tokens));
 }
 
+bool outputs_agree(const std::vector<uint16_t>& first, const std::vector<uint16_t>& candidate, bool bf16) {
+  if (first.size() != candidate.size()) return false;
+  const auto value = [bf16](uint16_t bits) { return bf16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits); };
+  float largest = 0.0f;
+  for (uint16_t b : first) {
+    const float x = std::fabs(value(b));
+    if (std::isfinite(x)) largest = std::max(largest, x);
+  }
+  const float bound = std::ldexp(std::max(largest, 1e-30f), -6);
+  for (size_t i = 0; i < first.size(); ++i) {
+    const float a = value(first[i]), b = value(candidate[i]);
+    if (a == b) continue;
+    if (std::isnan(a) || std::isnan(b)) {
+      if (std::isnan(a) != std::isnan(b)) return false;
+      continue;
+    }
+    if (!(std::fabs(a - b) <= bound)) return false;  // an infinity against a finite value fails too
+  }
+  return true;
+}
+
 TileTuner& TileTuner::global() {
   static TileTuner tuner(DiskCache::default_dir());
   return tuner;
@@ -40,12 +63,13 @@ TileTuner::TileTuner(std::filesystem::path dir) : disk_(std::move(dir)) {}
 TileConfig TileTuner::choose(const KernelKey& base, const std::string& bucket, const std::string& arch, bool decode,
                              const std::function<double(const TileConfig&)>& measure, bool* tuned) {
   if (tuned) *tuned = false;
-  const std::vector<TileConfig> candidates = tile_candidates(base, decode);
+  const std::vector<TileConfig> candidates = tile_candidates(base, decode, arch);
   ATTNKIT_CHECK(!candidates.empty(), "jit: no tile of the template fits ", base.describe(), " in shared memory");
   if (const std::optional<TileConfig> t = pinned()) {
     KernelKey k = base;
     k.tile = *t;
-    ATTNKIT_CHECK(mma_tile_smem_bytes(k) <= kMaxSharedBytes && t->block_n % (16 * t->warps_n) == 0,
+    ATTNKIT_CHECK(tile_smem_bytes(k) <= kMaxSharedBytes && t->block_n % (16 * t->warps_n) == 0 &&
+                      (!t->wgmma || wgmma_serves(base, arch)),
                   "ATTNKIT_JIT_TILE: '", t->describe(), "' does not fit ", base.describe());
     return *t;
   }

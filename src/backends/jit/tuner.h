@@ -6,11 +6,13 @@
 // ATTNKIT_JIT_LOG=1 prints each measurement and the choice to stderr.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "backends/jit/disk_cache.h"
 #include "backends/jit/source.h"
@@ -19,6 +21,12 @@ namespace attnkit::jit {
 
 // The bucket a batch falls in: its phase shape and the powers of two of its rows and keys.
 std::string shape_bucket(bool decode, int64_t packed_rows, int64_t kv_tokens);
+
+// Whether a candidate tile's output (16-bit bits, bf16 or f16) agrees with the first candidate's on
+// the same call: each element within 2^-6 of the first's largest magnitude (two tiles round and
+// sum in different orders: a few units of the 16-bit format), NaN exactly where it is NaN. The
+// backend passes a tile that disagrees over, however fast: the race picks speed, not answers.
+bool outputs_agree(const std::vector<uint16_t>& first, const std::vector<uint16_t>& candidate, bool bf16);
 
 class TileTuner {
  public:

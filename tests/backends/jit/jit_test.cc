@@ -69,8 +69,8 @@ std::vector<std::pair<int, jit::TileConfig>> tile_cases() {
   std::vector<std::pair<int, jit::TileConfig>> out;
   jit::KernelKey d128;
   d128.head_dim_qk = d128.head_dim_vo = 128;
-  std::vector<jit::TileConfig> tiles = jit::tile_candidates(d128, true);
-  for (const jit::TileConfig& t : jit::tile_candidates(d128, false)) tiles.push_back(t);
+  std::vector<jit::TileConfig> tiles = jit::tile_candidates(d128, true, "sm_90");
+  for (const jit::TileConfig& t : jit::tile_candidates(d128, false, "sm_90")) tiles.push_back(t);
   const std::vector<std::string> labels = {"d128 gqa decode", "d128 extend with prefix", "d128 long decode split",
                                            "d64 sinks window soft-cap", "d128 document mask extend",
                                            "d64 document mask skips tiles"};

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "backends/jit/config.h"
@@ -52,6 +53,37 @@ TEST(JitSource, RendersTheTensorCoreTemplate) {
   EXPECT_FALSE(TileConfig::parse("n32 w4x1 s3").has_value());
 }
 
+// The Hopper template: whole warpgroups of 64 rows, both products on wgmma; offered for prefill on
+// sm_90 only, at head dims in 64s, and compiled there for sm_90a.
+TEST(JitSource, RendersTheHopperTemplate) {
+  KernelKey k = key(128, 128, 4, 16, DType::bf16, DType::bf16);
+  k.tile = TileConfig{128, 8, 1, 1, 2, true};
+  const std::string s = render(k);
+  EXPECT_EQ(s.find('$'), std::string::npos) << "an unreplaced placeholder";
+  EXPECT_NE(s.find("#define WGS 2"), std::string::npos);
+  EXPECT_NE(s.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos);
+  EXPECT_EQ(k.describe(), "wgmma_tile d128/128 g4 p16 bf16 kv bf16 n128 w8x1 m1 s2 wgmma");
+  EXPECT_EQ(TileConfig::parse(k.tile.describe()), k.tile);
+  EXPECT_FALSE(TileConfig::parse("n96 w8x1 m1 s2 wgmma").has_value()) << "keys in 64-key steps";
+  EXPECT_FALSE(TileConfig::parse("n128 w6x1 m1 s2 wgmma").has_value()) << "whole warpgroups";
+  EXPECT_TRUE(wgmma_serves(k, "sm_90"));
+  EXPECT_FALSE(wgmma_serves(k, "sm_100"));
+  EXPECT_TRUE(wgmma_serves(key(96, 96, 4, 16, DType::bf16, DType::bf16), "sm_90"));
+  EXPECT_FALSE(wgmma_serves(key(96, 96, 4, 16, DType::bf16, DType::f16), "sm_90")) << "q and cache of one dtype";
+  EXPECT_EQ(compile_arch(k, "sm_90"), "sm_90a");
+  EXPECT_EQ(compile_arch(key(128, 128, 4, 16, DType::bf16, DType::bf16), "sm_90"), "sm_90");
+  auto has_wgmma = [](const std::vector<TileConfig>& ts) {
+    return std::any_of(ts.begin(), ts.end(), [](const TileConfig& t) { return t.wgmma; });
+  };
+  EXPECT_TRUE(has_wgmma(tile_candidates(k, false, "sm_90")));
+  EXPECT_FALSE(has_wgmma(tile_candidates(k, true, "sm_90"))) << "decode blocks of a few rows";
+  EXPECT_FALSE(has_wgmma(tile_candidates(k, false, "sm_80")));
+  EXPECT_TRUE(has_wgmma(tile_candidates(key(96, 96, 4, 16, DType::bf16, DType::bf16), false, "sm_90")));
+  EXPECT_TRUE(has_wgmma(tile_candidates(key(72, 72, 4, 16, DType::f16, DType::f16), false, "sm_90")));
+  const std::string wide = render(key(192, 128, 4, 16, DType::f16, DType::f16));  // mma_tile, the first candidate
+  EXPECT_EQ(wide.find("wgmma"), std::string::npos);
+}
+
 TEST(JitSource, EveryKindOfKeyCompilesForSm90a) {
   std::string why;
   const Nvrtc* nvrtc = Nvrtc::get(&why);
@@ -75,12 +107,13 @@ TEST(JitSource, EveryTileCandidateCompilesForSm90a) {
   if (!nvrtc) GTEST_SKIP() << why;
   std::vector<KernelKey> keys;
   for (const KernelKey& base : {key(128, 128, 4, 16, DType::bf16, DType::bf16), key(96, 96, 2, 1, DType::f16, DType::f16),
+                                key(72, 72, 4, 16, DType::bf16, DType::bf16),
                                 key(256, 256, 8, 64, DType::bf16, DType::bf16), key(192, 128, 1, 32, DType::bf16, DType::bf16)}) {
     for (bool decode : {true, false}) {
-      for (const TileConfig& t : tile_candidates(base, decode)) {
+      for (const TileConfig& t : tile_candidates(base, decode, "sm_90")) {
         KernelKey k = base;
         k.tile = t;
-        EXPECT_LE(mma_tile_smem_bytes(k), kMaxSharedBytes) << k.describe();
+        EXPECT_LE(tile_smem_bytes(k), kMaxSharedBytes) << k.describe();
         keys.push_back(k);
       }
     }

@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "attnkit/dtype.h"
 #include "attnkit/error.h"
 #include "backends/jit/config.h"
 
@@ -37,7 +39,7 @@ class JitTuner : public ::testing::Test {
 };
 
 TEST_F(JitTuner, MeasuresEachCandidateOnceAndKeepsTheFastest) {
-  const std::vector<TileConfig> candidates = tile_candidates(d128(), false);
+  const std::vector<TileConfig> candidates = tile_candidates(d128(), false, "sm_90");
   ASSERT_GE(candidates.size(), 3u);
   const TileConfig fastest = candidates[2];
   int calls = 0;
@@ -93,6 +95,27 @@ TEST_F(JitTuner, APinnedTileIsUsedWithoutMeasuringAndABadOneIsRefused) {
   ::setenv("ATTNKIT_JIT_TILE", "n16 w1x2 m1 s2", 1);  // 8 keys a warp: not whole k steps
   EXPECT_THROW(TileTuner(dir_).choose(d128(), "b", "sm_90", true, never), Error);
   ::unsetenv("ATTNKIT_JIT_TILE");
+}
+
+// A candidate's output against the first's: a few units of the format apart agree; a wrong value,
+// a NaN the first lacks, a missing element, disagree.
+TEST(JitTunerAgreement, WithinAFewUnitsOfTheLargestValue) {
+  const auto bf16 = [](std::initializer_list<float> xs) {
+    std::vector<uint16_t> v;
+    for (float x : xs) v.push_back(float_to_bf16_bits(x));
+    return v;
+  };
+  const std::vector<uint16_t> first = bf16({1.0f, -2.0f, 0.5f, 0.0f});
+  EXPECT_TRUE(outputs_agree(first, first, true));
+  EXPECT_TRUE(outputs_agree(first, bf16({1.0f, -2.0f, 0.5f + 0.015625f, 0.0f}), true)) << "2^-6 x 2 apart: 1/4 the bound";
+  EXPECT_FALSE(outputs_agree(first, bf16({1.0f, -2.0f, 0.75f, 0.0f}), true));
+  EXPECT_FALSE(outputs_agree(first, bf16({1.0f, -2.0f, 0.5f, std::nanf("")}), true));
+  EXPECT_FALSE(outputs_agree(first, bf16({1.0f, -2.0f, 0.5f}), true));
+  std::vector<uint16_t> f16 = {float_to_f16_bits(1.0f), float_to_f16_bits(0.25f)};
+  std::vector<uint16_t> close = {float_to_f16_bits(1.0f), float_to_f16_bits(0.25f + 0.0078125f)};
+  EXPECT_TRUE(outputs_agree(f16, close, false));
+  close[1] = float_to_f16_bits(0.3f);
+  EXPECT_FALSE(outputs_agree(f16, close, false));
 }
 
 TEST(JitTunerBucket, PowersOfTwo) {

@@ -15,7 +15,7 @@ namespace attnkit::jit {
 // $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, BF16 (1: bf16, 0: f16; q, cache
 // and out share it), BLOCK_N, WARPS_M, WARPS_N, M_TILES, STAGES, SMEM_BYTES (what the host launches
 // with), ELEM and CONFIG (words), PTX_FUNCTIONS (kernels/mma_ptx.h), VARIANT_FUNCTIONS
-// (kernels/variants.h), HAS_MASK_MOD, MIN_CTAS.
+// (kernels/variants.h), HAS_MASK_MOD, MIN_CTAS, TILE_COMMON (kernels/tile_common.h: merge, tile_mask).
 inline constexpr const char* kMmaTileTemplate = R"CUDA(
 // attnkit jit: mma_tile, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM, $CONFIG
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -58,25 +58,11 @@ $PTX_FUNCTIONS
 
 $VARIANT_FUNCTIONS
 
-// items: [n][8] = request, first packed row, KV begin, KV end, partial row (-1: the item writes the
-// output itself), first tile-mask entry, unused. requests: [batch][4] = first new token, prefix length, KV length, first
-// page-table entry. q [tokens][heads][HEAD_DIM_QK], out [tokens][heads][HEAD_DIM_VO].
+// The arguments and the work item: tile_common.h.
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)
-attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restrict__ k_pool,
-       const elem* __restrict__ v_pool, const int* __restrict__ items, const int* __restrict__ requests,
-       const int* __restrict__ page_indices, const float* __restrict__ sinks, float* __restrict__ o_part,
-       float* __restrict__ lse_part, float sm_scale, float soft_cap, int window_left, int causal,
-       const unsigned char* __restrict__ tile_flags) {
+attend($ATTEND_PARAMS) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int* item = items + 8 * blockIdx.x;
-  const int request = item[0], row0 = item[1], kv_lo = item[2], kv_hi = item[3], partial_row = item[4];
-  const int kv_head = blockIdx.y, num_kv_heads = gridDim.y, num_qo_heads = num_kv_heads * GROUP;
-  const int qo_start = requests[4 * request + 0];
-  const int prefix = requests[4 * request + 1];
-  const int kv_len = requests[4 * request + 2];
-  const int* pages = page_indices + requests[4 * request + 3];
-  const int q_len = kv_len - prefix;
-  const int rows = q_len * GROUP;
+$WORK_ITEM
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp % WARPS_M, wn = warp / WARPS_M;
   elem* s_q = reinterpret_cast<elem*>(smem);
@@ -143,25 +129,7 @@ attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restric
     }
   };
 #endif
-#if HAS_MASK_MOD
-  // Which tiles any row sees (bit 1) and which every row sees whole (bit 2), from tile_mask (once a
-  // batch): a tile no row sees is neither loaded nor computed. 2 bits a stage.
-  unsigned flags = 0;
-  const unsigned char* my_flags = tile_flags + (long long)item[5] * num_kv_heads + kv_head;
-#endif
-  auto issue = [&](int j) {
-#if HAS_MASK_MOD
-    const unsigned f = my_flags[(long long)j * num_kv_heads];
-    flags = (flags & ~(3u << (2 * (j % STAGES)))) | (f << (2 * (j % STAGES)));
-    if (f & 1u) load_tile(j);
-#else
-    load_tile(j);
-#endif
-  };
-  for (int j = 0; j < STAGES - 1; ++j) {  // Q travels in the first group
-    if (j < num_tiles) issue(j);
-    commit();
-  }
+$TILE_ISSUE
 
   // This lane's rows (r and r + 8 of each of its warp's row tiles) and what the masks need of them.
   int q_pos[M_TILES][2], head[M_TILES][2];
@@ -365,68 +333,7 @@ attend(const elem* __restrict__ q, elem* __restrict__ out, const elem* __restric
   }
 }
 
-// merges: [n][8] = request, first packed row, rows, splits, first partial row (split s's rows start
-// s * BLOCK_M later), unused. One CTA a (merge, KV head): the splits' partials weighted by their
-// log-sum-exp, the sink (where the layer has one) joining the sum once.
-extern "C" __global__ void __launch_bounds__(128)
-merge(elem* __restrict__ out, const float* __restrict__ o_part, const float* __restrict__ lse_part,
-      const int* __restrict__ merges, const int* __restrict__ requests, const float* __restrict__ sinks) {
-  const int* mg = merges + 8 * blockIdx.x;
-  const int request = mg[0], row0 = mg[1], n_rows = mg[2], splits = mg[3], base = mg[4];
-  const int kv_head = blockIdx.y, num_kv_heads = gridDim.y, num_qo_heads = num_kv_heads * GROUP;
-  const int qo_start = requests[4 * request + 0];
-  for (int c = threadIdx.x; c < n_rows * (HEAD_DIM_VO / 2); c += blockDim.x) {
-    const int r = c / (HEAD_DIM_VO / 2), col = 2 * (c % (HEAD_DIM_VO / 2)), p = row0 + r;
-    float mx = NEG_INF;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_part[(long long)(base + s * BLOCK_M + r) * num_kv_heads + kv_head]);
-    float sum = 0.0f, x0 = 0.0f, x1 = 0.0f;
-    if (mx != NEG_INF) {
-      for (int s = 0; s < splits; ++s) {
-        const long long pr = (long long)(base + s * BLOCK_M + r) * num_kv_heads + kv_head;
-        const float w = expf(lse_part[pr] - mx);
-        sum += w;
-        x0 += w * o_part[pr * HEAD_DIM_VO + col];
-        x1 += w * o_part[pr * HEAD_DIM_VO + col + 1];
-      }
-    }
-    const int h = kv_head * GROUP + p % GROUP;
-    if (sinks != nullptr && mx != NEG_INF) sum += expf(sinks[h] - mx);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const long long token = qo_start + p / GROUP;
-    *reinterpret_cast<unsigned*>(out + (token * num_qo_heads + h) * HEAD_DIM_VO + col) = pack2(x0 * inv, x1 * inv);
-  }
-}
-
-#if HAS_MASK_MOD
-// Once a batch (every layer with this mask reuses it), like FlexAttention's block mask: for each
-// work item, tile and KV head, bit 1 where any of the block's rows sees a key of the tile, bit 2
-// where every row sees every key, the mask evaluated on every pair. tile_flags[(first + j) * kv_heads + kv_head].
-extern "C" __global__ void __launch_bounds__(128)
-tile_mask(const int* __restrict__ items, const int* __restrict__ requests, unsigned char* __restrict__ tile_flags,
-          int window_left, int causal) {
-  const int* item = items + 8 * blockIdx.x;
-  const int request = item[0], row0 = item[1], kv_lo = item[2], kv_hi = item[3];
-  const int kv_head = blockIdx.y, num_kv_heads = gridDim.y;
-  const int prefix = requests[4 * request + 1], kv_len = requests[4 * request + 2];
-  const int q_len = kv_len - prefix, rows = q_len * GROUP;
-  const int num_tiles = (kv_hi - kv_lo + BLOCK_N - 1) / BLOCK_N;
-  for (int j = 0; j < num_tiles; ++j) {
-    const int t0 = kv_lo + j * BLOCK_N;
-    int any = 0, all = 1;
-    for (int c = threadIdx.x; c < BLOCK_M * BLOCK_N; c += blockDim.x) {
-      const int p = row0 + c / BLOCK_N, kv_pos = t0 + c % BLOCK_N;
-      if (p >= rows) continue;
-      const int qp = prefix + p / GROUP, h = kv_head * GROUP + p % GROUP;
-      const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= qp) && (window_left < 0 || kv_pos >= qp - window_left) &&
-                        mask_mod(qp, kv_pos, h, kv_head, request, q_len, kv_len);
-      any |= seen;
-      all &= seen;
-    }
-    const int seen_any = __syncthreads_or(any), seen_all = __syncthreads_and(all);
-    if (threadIdx.x == 0) tile_flags[((long long)item[5] + j) * num_kv_heads + kv_head] = (seen_any ? 1 : 0) | (seen_all ? 2 : 0);
-  }
-}
-#endif
+$TILE_COMMON
 )CUDA";
 
 }  // namespace attnkit::jit
