@@ -31,12 +31,14 @@ Summary summarize(const std::vector<StepRecord>& steps, const std::vector<Reques
   Summary s;
   s.num_requests = static_cast<int64_t>(requests.size());
   s.num_steps = static_cast<int64_t>(steps.size());
-  std::vector<double> ttft, tpot, e2e;
+  std::vector<double> ttft, tpot, e2e, queue, admitted_ttft;
   double last_finish = 0.0;
   for (const RequestRecord& r : requests) {
     s.output_tokens += r.output_len;
     s.prompt_tokens += r.prompt_len;
     ttft.push_back(r.ttft_s);
+    queue.push_back(r.queue_s);
+    admitted_ttft.push_back(r.ttft_s - r.queue_s);
     if (r.output_len > 1) tpot.push_back(r.tpot_s);
     e2e.push_back(r.e2e_s);
     last_finish = std::max(last_finish, r.arrival_s + r.e2e_s);
@@ -47,6 +49,8 @@ Summary summarize(const std::vector<StepRecord>& steps, const std::vector<Reques
     s.total_tokens_per_s = static_cast<double>(s.output_tokens + s.prompt_tokens) / s.makespan_s;
   }
   s.ttft_s = percentiles(std::move(ttft));
+  s.queue_s = percentiles(std::move(queue));
+  s.admitted_ttft_s = percentiles(std::move(admitted_ttft));
   s.tpot_s = percentiles(std::move(tpot));
   s.e2e_s = percentiles(std::move(e2e));
   s.itl_s = percentiles(std::vector<double>(itl_s.begin(), itl_s.end()));

@@ -23,6 +23,7 @@ struct StepRecord {
 struct RequestRecord {
   double arrival_s = 0.0;
   double ttft_s = 0.0;      // first output token - arrival
+  double queue_s = 0.0;     // admission (first step) - arrival: the part of the TTFT spent waiting
   double tpot_s = 0.0;      // (finish - first token) / (outputs - 1); 0 for one-token outputs
   double e2e_s = 0.0;       // finish - arrival
   int64_t prompt_len = 0;
@@ -46,6 +47,9 @@ struct Summary {
   double output_tokens_per_s = 0.0;
   double total_tokens_per_s = 0.0;   // prompt + output tokens / makespan
   Percentiles ttft_s, tpot_s, itl_s, e2e_s;
+  // The TTFT split: waiting for admission (queue), and from admission to the first token (the
+  // prefill's steps, and any recompute after a preemption): the part the backends decide.
+  Percentiles queue_s, admitted_ttft_s;
   double peak_kv_bytes = 0.0;
   double peak_workspace_bytes = 0.0;
   double attn_fraction = 0.0;        // attention time / step time, over all steps

@@ -216,7 +216,8 @@ ReplayResult run_replay(const Trace& trace, const ReplayOptions& o, ReplayResult
   for (const Sequence& s : scheduler.sequences()) {
     const TraceRequest& q = *s.request;
     const double tpot = q.output_len > 1 ? (s.finish_s - s.first_token_s) / static_cast<double>(q.output_len - 1) : 0.0;
-    r.requests.push_back({.arrival_s = q.arrival_s, .ttft_s = s.first_token_s - q.arrival_s, .tpot_s = tpot,
+    r.requests.push_back({.arrival_s = q.arrival_s, .ttft_s = s.first_token_s - q.arrival_s,
+                          .queue_s = s.admitted_s - q.arrival_s, .tpot_s = tpot,
                           .e2e_s = s.finish_s - q.arrival_s, .prompt_len = q.prompt_len, .output_len = q.output_len,
                           .num_preemptions = s.num_preemptions});
   }

@@ -50,6 +50,8 @@ nlohmann::json run_json(const ReplayResult& r) {
                   {"output_tokens_per_s", s.output_tokens_per_s},
                   {"total_tokens_per_s", s.total_tokens_per_s},
                   {"ttft_s", pct(s.ttft_s)},
+                  {"queue_s", pct(s.queue_s)},
+                  {"admitted_ttft_s", pct(s.admitted_ttft_s)},
                   {"tpot_s", pct(s.tpot_s)},
                   {"itl_s", pct(s.itl_s)},
                   {"e2e_s", pct(s.e2e_s)},
@@ -76,10 +78,10 @@ nlohmann::json run_json(const ReplayResult& r) {
     return nlohmann::json::array({s.batch_size, s.num_tokens, s.num_decode, s.num_prefill, s.kv_tokens, s.max_kv_len,
                                   s.step_ms, s.attn_ms, s.gemm_ms, s.sched_ms});
   });
-  j["requests_columns"] = {"arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_len", "output_len", "preemptions"};
+  j["requests_columns"] = {"arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_len", "output_len", "preemptions", "queue_s"};
   j["requests"] = thinned(r.requests, [](const RequestRecord& q) {
     return nlohmann::json::array(
-        {q.arrival_s, q.ttft_s, q.tpot_s, q.e2e_s, q.prompt_len, q.output_len, q.num_preemptions});
+        {q.arrival_s, q.ttft_s, q.tpot_s, q.e2e_s, q.prompt_len, q.output_len, q.num_preemptions, q.queue_s});
   });
   j["itl_s"] = thinned(r.itl_s, [](float x) { return x; });
   return j;

@@ -122,6 +122,7 @@ std::optional<ScheduledStep> Scheduler::schedule(double now) {
       if (need > free_pages() - watermark_) break;
       waiting_.pop_front();
       running_.push_back(idx);
+      if (s.admitted_s < 0) s.admitted_s = now;
       steps.push_back({.id = -1, .prefix_len = 0, .num_new_tokens = n, .custom_mask = {}});
       st.seqs.push_back(idx);
       promised += need;

@@ -38,6 +38,7 @@ struct Sequence {
   int64_t computed = 0;                   // tokens in the KV cache
   int64_t generated = 0;                  // output tokens produced
   int num_preemptions = 0;
+  double admitted_s = -1.0;     // when it first joined a step (a preemption does not reset it)
   double first_token_s = -1.0;
   double last_token_s = -1.0;
   double finish_s = -1.0;

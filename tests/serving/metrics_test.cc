@@ -21,8 +21,8 @@ TEST(Metrics, PercentilesInterpolateLikeNumpy) {
 
 TEST(Metrics, Summary) {
   std::vector<RequestRecord> requests = {
-      {.arrival_s = 0.0, .ttft_s = 0.5, .tpot_s = 0.1, .e2e_s = 1.5, .prompt_len = 10, .output_len = 11, .num_preemptions = 0},
-      {.arrival_s = 1.0, .ttft_s = 1.0, .tpot_s = 0.0, .e2e_s = 1.0, .prompt_len = 20, .output_len = 1, .num_preemptions = 1}};
+      {.arrival_s = 0.0, .ttft_s = 0.5, .queue_s = 0.2, .tpot_s = 0.1, .e2e_s = 1.5, .prompt_len = 10, .output_len = 11, .num_preemptions = 0},
+      {.arrival_s = 1.0, .ttft_s = 1.0, .queue_s = 0.0, .tpot_s = 0.0, .e2e_s = 1.0, .prompt_len = 20, .output_len = 1, .num_preemptions = 1}};
   std::vector<StepRecord> steps(2);
   steps[0].batch_size = 300;
   steps[0].step_ms = 10.0f;
@@ -43,6 +43,10 @@ TEST(Metrics, Summary) {
   EXPECT_NEAR(s.sched_fraction_large, 0.01, 1e-6);
   EXPECT_EQ(s.max_batch_size, 300);
   EXPECT_DOUBLE_EQ(s.peak_kv_bytes, 1000.0);
+  // The TTFT split: 0.2 / 0.0 s waiting, 0.3 / 1.0 s from admission to the first token.
+  EXPECT_DOUBLE_EQ(s.queue_s.max, 0.2);
+  EXPECT_DOUBLE_EQ(s.admitted_ttft_s.p50, 0.65);
+  EXPECT_DOUBLE_EQ(s.admitted_ttft_s.max, 1.0);
 }
 
 }  // namespace

@@ -49,6 +49,12 @@ TEST(Replay, TenThousandRequestsLoseNoneAndLeakNoPage) {
     EXPECT_GT(r.summary.output_tokens_per_s, 0.0);
     EXPECT_GE(r.summary.ttft_s.p50, 0.0);
     EXPECT_LE(r.summary.ttft_s.p50, r.summary.ttft_s.p99);
+    // Each request waits for admission, then its prefill runs: both parts are of its TTFT.
+    for (const RequestRecord& q : r.requests) {
+      ASSERT_GE(q.queue_s, 0.0) << backend;
+      ASSERT_GE(q.ttft_s, q.queue_s) << backend;
+    }
+    EXPECT_GT(r.summary.queue_s.max, 0.0) << backend << ": 10,000 requests on 96 pages wait";
     EXPECT_GT(r.summary.sched_fraction, 0.0);
     EXPECT_LT(r.summary.sched_fraction, 1.0);
   }
@@ -68,6 +74,9 @@ TEST(Replay, HybridPairAndJson) {
   EXPECT_EQ(j["requests"].size(), 300u);
   EXPECT_EQ(j["steps"][0].size(), j["steps_columns"].size());
   EXPECT_TRUE(j["summary"].contains("ttft_s"));
+  EXPECT_TRUE(j["summary"]["queue_s"].contains("p90"));
+  EXPECT_TRUE(j["summary"]["admitted_ttft_s"].contains("p90"));
+  EXPECT_EQ(j["requests"][0].size(), j["requests_columns"].size());
   EXPECT_TRUE(j["summary"]["tpot_s"].contains("p99"));
 }
 

@@ -73,6 +73,9 @@ void print_comparison(const std::vector<RunOutcome>& runs) {
       line += " (largest batch " + std::to_string(s.max_batch_size) + ")";
     }
     notes.push_back(line);
+    notes.push_back(r.label + ": TTFT = queue (arrival to admission) p50/90 " + fixed(s.queue_s.p50 * 1e3, 1) + "/" +
+                    fixed(s.queue_s.p90 * 1e3, 1) + " ms + after admission (prefill steps) p50/90 " +
+                    fixed(s.admitted_ttft_s.p50 * 1e3, 1) + "/" + fixed(s.admitted_ttft_s.p90 * 1e3, 1) + " ms");
     if (r.cp_ranks > 1) {
       std::string ranks = r.label + ": peak KV a rank";
       for (size_t i = 0; i < r.rank_peak_kv_bytes.size(); ++i) {
