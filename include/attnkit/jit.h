@@ -38,5 +38,10 @@ std::vector<JitWarmup> jit_warmup(const ModelSpec& model, const KvCacheConfig& c
 // Where compiled kernels are kept: $ATTNKIT_CACHE_DIR, else $XDG_CACHE_HOME/attnkit, else
 // $HOME/.cache/attnkit; empty where none is set.
 std::string jit_cache_dir();
+// From now on, the jit backends made after this call pay what a new process with
+// ATTNKIT_CACHE_DIR=dir would: the kernels and tile choices this process holds are set aside, and
+// each kernel is loaded from `dir` or compiled (and tuned) into it. For timing first calls
+// (`attnkit bench --jit-first-calls`); backends made before keep what they hold.
+void jit_restart_caches(const std::string& dir);
 
 }  // namespace attnkit

@@ -1,14 +1,20 @@
 // `attnkit bench`: time backends on one workload and print latency, tokens/s and FLOP/s or bytes/s,
 // optionally as a fraction of this machine's measured ceilings.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "attnkit/cpu_target.h"
+#include "attnkit/error.h"
+#include "attnkit/jit.h"
 #include "attnkit/registry.h"
 #include "ceilings.h"
 #include "commands.h"
@@ -39,9 +45,39 @@ struct Options {
   bool ceilings = false;
   std::string requests;   // "PREFIX+NEW[xCOUNT],...": overrides --batch and --kv-len
   bool non_causal = false;
+  bool jit_first_calls = false;
   BackendOptions backend_options;
   std::string decode_timeline;
   ModelEdits edits;
+};
+
+// `attnkit bench --jit-first-calls`: one first call of the jit backend into an empty temporary
+// disk cache, after which the jit caches restart over that folder (jit_restart_caches); the
+// user's cache folder is back, and the temporary one gone, when this is destroyed.
+struct FirstCalls {
+  FirstCalls(const std::string& name, const harness::Workload& w, harness::BenchOptions opt) {
+    const std::filesystem::path base = std::filesystem::temp_directory_path();
+    for (int i = 0; dir.empty() || std::filesystem::exists(dir); ++i) {
+      dir = base / detail::concat("attnkit-first-calls-", ::getpid(), "-", i);
+    }
+    std::filesystem::create_directories(dir);
+    user_dir = jit_cache_dir();
+    jit_restart_caches(dir.string());
+    opt.warmup = 0;
+    opt.repeats = 1;
+    cold_ms = harness::run_bench(name, w, opt).first_call_ms;
+    jit_restart_caches(dir.string());
+  }
+  ~FirstCalls() {
+    jit_restart_caches(user_dir);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  FirstCalls(const FirstCalls&) = delete;
+  FirstCalls& operator=(const FirstCalls&) = delete;
+  std::filesystem::path dir;
+  std::string user_dir;
+  double cold_ms = 0.0;
 };
 
 harness::Phase parse_phase(const std::string& p) {
@@ -123,6 +159,9 @@ std::function<int()> add_bench(CLI::App& app) {
                   "planned: write the last timed decode's per-CTA timeline to this CSV file (scripts/decode-timeline.py)")
       ->check(writable_file());
   cmd->add_flag("--ceilings", o->ceilings, "Measure this machine's read bandwidth and matrix/FMA rate, and report fractions");
+  cmd->add_flag("--jit-first-calls", o->jit_first_calls,
+                "jit: time its first call cold (compile and tune into an empty disk cache) and from that disk cache "
+                "(as a new process would find it), beside the steady state");
   add_model_options(*cmd, &o->edits);
   add_threads_option(*cmd);
   return [o] {
@@ -182,8 +221,19 @@ std::function<int()> add_bench(CLI::App& app) {
       if (probe && device == Device::cpu) run_opt.before_each_call = [&probe] { return probe->pass(); };
       // A line a backend as it starts (stderr): the table comes when every backend is timed.
       std::fprintf(stderr, "bench: %s on %s ...\n", name.c_str(), w.label.c_str());
+      // jit: the first call cold, into an empty disk cache (compile and tune); the run below then
+      // starts as a new process over that cache would (a disk load, the stored tile choice).
+      std::optional<FirstCalls> first_calls;
+      if (o->jit_first_calls && name == "jit") first_calls.emplace(name, w, run_opt);
       const harness::BenchResult r = harness::run_bench(name, w, run_opt);
       nlohmann::json j = to_json(r);
+      if (first_calls) {
+        j["first_call_cold_ms"] = first_calls->cold_ms;
+        j["first_call_disk_ms"] = r.first_call_ms;
+        notes.push_back(detail::concat("jit first calls: cold ", fixed(first_calls->cold_ms, 1),
+                                       " ms (compile and tune into an empty disk cache), from that disk cache ",
+                                       fixed(r.first_call_ms, 1), " ms, then ", fixed(r.median_ms, 3), " ms a call"));
+      }
       if (device == Device::cpu) j["cpu_target"] = cpu_target();
       if (!r.skipped.empty()) {
         rows.push_back({name, w.label, "skipped"});

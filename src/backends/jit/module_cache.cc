@@ -10,6 +10,7 @@
 #include "attnkit/jit.h"
 #include "backends/jit/config.h"
 #include "backends/jit/nvrtc.h"
+#include "backends/jit/tuner.h"
 #include "cuda/check.h"
 #include "cuda/memory.h"
 
@@ -74,6 +75,13 @@ ModuleCache& ModuleCache::global() {
 }
 
 ModuleCache::ModuleCache() : disk_(DiskCache::default_dir()) {}
+
+void ModuleCache::restart(const std::filesystem::path& dir) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  set_aside_.push_back(std::move(kernels_));
+  kernels_.clear();
+  disk_ = DiskCache(dir);
+}
 
 std::string ModuleCache::device_arch() {
   const cuda::DeviceInfo d = cuda::device_info();
@@ -161,5 +169,10 @@ std::vector<JitWarmup> jit_warmup(const ModelSpec& model, const KvCacheConfig& c
 }
 
 std::string jit_cache_dir() { return jit::ModuleCache::global().disk_dir().string(); }
+
+void jit_restart_caches(const std::string& dir) {
+  jit::ModuleCache::global().restart(dir);
+  jit::TileTuner::global().restart(dir);
+}
 
 }  // namespace attnkit

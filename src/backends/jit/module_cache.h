@@ -47,12 +47,17 @@ class ModuleCache {
   const CompiledKernel& get(const KernelKey& key);
   // "sm_90" for the current device: compiled code is specific to it.
   static std::string device_arch();
+  // From now on as a new process over the disk cache in `dir` would be: the kernels loaded so far
+  // are set aside (kept alive: backends made before still hold them) and the next get() of each
+  // key loads it from `dir` or compiles it there (jit_restart_caches).
+  void restart(const std::filesystem::path& dir);
 
  private:
   ModuleCache();
   std::mutex mutex_;
   DiskCache disk_;
   std::map<std::string, CompiledKernel> kernels_;  // by the cache key text
+  std::vector<std::map<std::string, CompiledKernel>> set_aside_;  // by restart(); map nodes do not move
 };
 
 }  // namespace attnkit::jit

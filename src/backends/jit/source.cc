@@ -256,6 +256,7 @@ std::vector<JitWarmup> jit_warmup(const ModelSpec&, const KvCacheConfig&, DType,
   throw Error("jit warmup: this attnkit is built without CUDA, so it has no NVRTC");
 }
 std::string jit_cache_dir() { return {}; }
+void jit_restart_caches(const std::string&) {}
 #endif
 
 }  // namespace attnkit

@@ -60,6 +60,12 @@ TileTuner& TileTuner::global() {
 
 TileTuner::TileTuner(std::filesystem::path dir) : disk_(std::move(dir)) {}
 
+void TileTuner::restart(const std::filesystem::path& dir) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  chosen_.clear();
+  disk_ = DiskCache(dir);
+}
+
 TileConfig TileTuner::choose(const KernelKey& base, const std::string& bucket, const std::string& arch, bool decode,
                              const std::function<double(const TileConfig&)>& measure, bool* tuned) {
   if (tuned) *tuned = false;

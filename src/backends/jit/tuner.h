@@ -38,6 +38,10 @@ class TileTuner {
   TileConfig choose(const KernelKey& base, const std::string& bucket, const std::string& arch, bool decode,
                     const std::function<double(const TileConfig&)>& measure, bool* tuned = nullptr);
 
+  // From now on as a new process over the tuning choices on disk in `dir` would be: those kept
+  // in memory are forgotten (jit_restart_caches).
+  void restart(const std::filesystem::path& dir);
+
  private:
   std::mutex mutex_;
   DiskCache disk_;
