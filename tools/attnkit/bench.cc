@@ -224,10 +224,12 @@ std::function<int()> add_bench(CLI::App& app) {
       // jit: the first call cold, into an empty disk cache (compile and tune); the run below then
       // starts as a new process over that cache would (a disk load, the stored tile choice).
       std::optional<FirstCalls> first_calls;
-      if (o->jit_first_calls && name == "jit") first_calls.emplace(name, w, run_opt);
+      if (o->jit_first_calls && name == "jit" && Registry::global().get(name).why_unavailable().empty()) {
+        first_calls.emplace(name, w, run_opt);
+      }
       const harness::BenchResult r = harness::run_bench(name, w, run_opt);
       nlohmann::json j = to_json(r);
-      if (first_calls) {
+      if (first_calls && r.skipped.empty()) {
         j["first_call_cold_ms"] = first_calls->cold_ms;
         j["first_call_disk_ms"] = r.first_call_ms;
         notes.push_back(detail::concat("jit first calls: cold ", fixed(first_calls->cold_ms, 1),

@@ -69,6 +69,24 @@ TEST_F(JitTuner, MeasuresEachCandidateOnceAndKeepsTheFastest) {
   EXPECT_TRUE(tuned);
 }
 
+// restart(): as a new process over a folder: what the tuner chose in memory is forgotten, the
+// folder's choices are read back, an empty folder's measured anew (bench --jit-first-calls).
+TEST_F(JitTuner, RestartForgetsWhatItHeldAndReadsTheFolder) {
+  int calls = 0;
+  const auto measure = [&](const TileConfig&) { return 1.0 + calls++; };
+  bool tuned = false;
+  const std::filesystem::path empty = dir_ / "empty";
+  TileTuner t(dir_);
+  t.choose(d128(), "decode rows 2^4 kv 2^12", "sm_90", true, measure, &tuned);
+  EXPECT_TRUE(tuned);
+  t.restart(dir_);
+  t.choose(d128(), "decode rows 2^4 kv 2^12", "sm_90", true, measure, &tuned);
+  EXPECT_FALSE(tuned) << "read back from the folder";
+  t.restart(empty);
+  t.choose(d128(), "decode rows 2^4 kv 2^12", "sm_90", true, measure, &tuned);
+  EXPECT_TRUE(tuned) << "an empty folder: measured again, not remembered from before the restart";
+}
+
 TEST_F(JitTuner, ACorruptEntryIsMeasuredAgain) {
   const auto measure = [](const TileConfig& t) { return static_cast<double>(t.stages); };
   TileTuner(dir_).choose(d128(), "decode rows 2^4 kv 2^17", "sm_90", true, measure);
