@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/registry.h"
 #include "attnkit/cpu_target.h"
 #include "attnkit/tensor.h"
 
@@ -271,6 +272,23 @@ TEST(Cli, WarmupCompilesOnceIntoTheDiskCacheWithoutAGpu) {
   EXPECT_NE(second.output.find("cache: " + dir), std::string::npos) << second.output;
   ::unsetenv("ATTNKIT_CACHE_DIR");
   std::filesystem::remove_all(dir);
+}
+
+// warmup --tune runs the kernels: on a machine where jit cannot run it says why, before compiling;
+// it tunes for this GPU, so it takes no --arch.
+TEST(Cli, WarmupTuneNeedsAGpuAndNoArch) {
+  const Outcome with_arch = run_tool("warmup --preset qwen3-0.6b --tune --arch sm_90");
+  EXPECT_EQ(with_arch.status, 2) << with_arch.output;
+  EXPECT_NE(with_arch.output.find("--arch and --tune cannot be given together"), std::string::npos) << with_arch.output;
+  const auto& all = Registry::global().all();
+  const auto jit = std::find_if(all.begin(), all.end(), [](const BackendInfo& b) { return b.name == "jit"; });
+  if (jit == all.end()) GTEST_SKIP() << "jit is not built in";
+  const std::string why = jit->why_unavailable();
+  if (why.empty()) GTEST_SKIP() << "jit runs here: --tune would tune";
+  const Outcome r = run_tool("warmup --preset qwen3-0.6b --tune");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("warmup --tune: tuning runs the kernels on this machine's GPU: " + why), std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, BenchRunsAndReportsRates) {
