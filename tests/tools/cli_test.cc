@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attnkit/registry.h"
 #include "attnkit/cpu_target.h"
+#include "attnkit/registry.h"
 #include "attnkit/tensor.h"
 
 namespace {
@@ -280,8 +280,8 @@ TEST(Cli, WarmupTuneNeedsAGpuAndNoArch) {
   const Outcome with_arch = run_tool("warmup --preset qwen3-0.6b --tune --arch sm_90");
   EXPECT_EQ(with_arch.status, 2) << with_arch.output;
   EXPECT_NE(with_arch.output.find("--arch and --tune cannot be given together"), std::string::npos) << with_arch.output;
-  const auto& all = Registry::global().all();
-  const auto jit = std::find_if(all.begin(), all.end(), [](const BackendInfo& b) { return b.name == "jit"; });
+  const auto& all = attnkit::Registry::global().all();
+  const auto jit = std::find_if(all.begin(), all.end(), [](const attnkit::BackendInfo& b) { return b.name == "jit"; });
   if (jit == all.end()) GTEST_SKIP() << "jit is not built in";
   const std::string why = jit->why_unavailable();
   if (why.empty()) GTEST_SKIP() << "jit runs here: --tune would tune";
