@@ -76,6 +76,9 @@ struct BenchResult {
   double backend_host_bytes = 0.0; // host resident memory the backend added (creation to warm-up)
   double plan_us = 0.0;            // host time of init_forward_metadata (validation + plan)
   double plan_step_us = 0.0;       // the same for the next decode steps (decode batches only)
+  // GPU backends: a call's host time, its launches queued and not waited for (median of a few
+  // back to back): what a call adds to the host's side of a step (jit: the tuned kernel's lookup).
+  double call_host_us = 0.0;
 };
 
 BenchResult run_bench(const std::string& backend, const Workload& workload, const BenchOptions& options);

@@ -91,7 +91,8 @@ nlohmann::json to_json(const harness::BenchResult& r) {
           {"max_ms", r.max_ms},         {"flops", r.flops},               {"bytes", r.bytes},
           {"tokens_per_s", r.tokens_per_s}, {"flop_per_s", r.flop_per_s}, {"bytes_per_s", r.bytes_per_s},
           {"workspace_bytes", r.workspace_bytes}, {"backend_host_bytes", r.backend_host_bytes},
-          {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}, {"plan_step_us", r.plan_step_us}};
+          {"peak_rss_bytes", r.peak_rss_bytes}, {"plan_us", r.plan_us}, {"plan_step_us", r.plan_step_us},
+          {"call_host_us", r.call_host_us}};
 }
 
 double median(std::vector<double> v) {
@@ -212,7 +213,7 @@ std::function<int()> add_bench(CLI::App& app) {
     if (o->ceilings && memory_bound && host_backend) probe = std::make_unique<harness::ReadProbe>();
     std::vector<std::vector<std::string>> rows = {{"backend", "workload", "median ms", "first ms", "calls", "tokens/s",
                                                    memory_bound ? "bytes/s" : "FLOP/s", "of ceiling",
-                                                   "read beside", "plan us", "workspace", "host +", "peak RSS"}};
+                                                   "read beside", "plan us", "call us", "workspace", "host +", "peak RSS"}};
     nlohmann::json results = nlohmann::json::array();
     std::vector<std::string> notes;  // why a backend was skipped, under the table
     for (const std::string& name : names) {
@@ -258,7 +259,7 @@ std::function<int()> add_bench(CLI::App& app) {
       const std::string beside = paired > 0 ? si(median(r.paired), "B/s") : "-";
       rows.push_back({name, w.label, fixed(r.median_ms, 3), fixed(r.first_call_ms, 1), std::to_string(r.repeats), si(r.tokens_per_s),
                       si(rate, memory_bound ? "B/s" : "FLOP/s"), frac, beside, fixed(r.plan_us, 1),
-                      si(r.workspace_bytes, "B"), si(r.backend_host_bytes, "B"), si(r.peak_rss_bytes, "B")});
+                      r.call_host_us > 0 ? fixed(r.call_host_us, 1) : "-", si(r.workspace_bytes, "B"), si(r.backend_host_bytes, "B"), si(r.peak_rss_bytes, "B")});
       results.push_back(j);
     }
     print_table(rows);
