@@ -100,8 +100,10 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
                  c.seed * 7 + layer * 2, -1, 1);
     fill_uniform(TensorView(v.data(), DType::f32, Device::cpu, {static_cast<int64_t>(v.size())}),
                  c.seed * 7 + layer * 2 + 1, -1, 1);
+    // MLA: the latent is K alone (V is its front), so the stores take no V.
+    const bool mla = c.spec.is_mla();
     ref_cache->store(layer, TensorView(k.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dk}),
-                     TensorView(v.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dv}),
+                     mla ? TensorView() : TensorView(v.data(), DType::f32, Device::cpu, {num_rows, kv_heads, dv}),
                      TensorView(ref_slots.data(), DType::i64, Device::cpu, {num_rows}));
     for (size_t r = 0; r < rank_rows.size(); ++r) {
       const auto n = static_cast<int64_t>(rank_rows[r].size());
@@ -114,7 +116,7 @@ CpWorld::CpWorld(const CpCase& cc) : c(cc) {
       const Staged k_r = on_device(device, TensorView(kr.data(), DType::f32, Device::cpu, {n, kv_heads, dk}));
       const Staged v_r = on_device(device, TensorView(vr.data(), DType::f32, Device::cpu, {n, kv_heads, dv}));
       const Staged slots_r = on_device(device, TensorView(rank_slots[r].data(), DType::i64, Device::cpu, {n}));
-      caches[r]->store(layer, k_r.dev(), v_r.dev(), slots_r.dev());
+      caches[r]->store(layer, k_r.dev(), mla ? TensorView() : v_r.dev(), slots_r.dev());
       synchronize(device);
     }
   }
@@ -138,7 +140,7 @@ CpWorld::Step CpWorld::step() {
     const LayerInputs in(sp, n, c.seed * 1000003 + static_cast<uint64_t>(layer) * 4, c.dtype);
     Staged ref_out(Device::cpu, DType::f32, {n, sp.num_qo_heads, sp.head_dim_vo});
     ref_out.poison();
-    ref->forward(layer, in.q32.host(), in.k32.host(), in.v32.host(), ref_out.host());
+    ref->forward(layer, in.q32.host(), in.k32.host(), sp.is_mla() ? TensorView() : in.v32.host(), ref_out.host());
 
     io.load(in);
     io.poison_outputs();
@@ -158,7 +160,8 @@ CpWorld::Step CpWorld::step() {
 }
 
 void CpWorld::run_layer(int layer, StepBuffers& io) {
-  for (auto& rank : ranks) rank->attend(layer, io.q.dev(), io.k.dev(), io.v.dev());
+  const TensorView v = c.spec.is_mla() ? TensorView() : io.v.dev();  // MLA: the new latent is k alone
+  for (auto& rank : ranks) rank->attend(layer, io.q.dev(), io.k.dev(), v);
   for (size_t r = 0; r < ranks.size(); ++r) ranks[r]->merge(io.outs[r].dev());
 }
 

@@ -1,8 +1,8 @@
 // ContextParallelDecode on the CPU backends against `reference` over the unsharded history: 2, 3
 // and 8 ranks, both share layouts, lengths that the ranks do not divide, empty shares, GQA
 // (llama3-8b's heads and small ones), a bf16 cache; bit-identical on every rank and run to run.
-// On one GPU (`planned`), the device step the same ways, in bf16 and f16, and captured in a CUDA
-// graph.
+// Absorbed MLA on `cpu` and, on one GPU, on `mla`. On one GPU (`planned`), the device step the
+// same ways, in bf16 and f16, and captured in a CUDA graph.
 //
 // The bound is default_tolerance(bf16, bf16), the one the backends' own tests use (4 units of
 // bf16 roundoff of max|reference|): every rank reads the same rounded q and cache bytes as the
@@ -10,6 +10,8 @@
 // merge is in f32 (a convex combination of the partials: f32 rounding, no growth), and the only
 // bf16 rounding is the merged output's, one unit at most.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "cp_testing.h"
 #include "core/captured_graph.h"
@@ -83,6 +85,45 @@ INSTANTIATE_TEST_SUITE_P(
       return attnkit::testing::param_name(
           small_case(std::get<0>(info.param), std::get<1>(info.param), std::get<2>(info.param)).label);
     });
+
+// Absorbed MLA (a latent of 64 + 16 values, one KV head, 8 query heads): each rank attends its
+// share of the latent history, the states merged as for GQA.
+TEST(ContextParallelDecode, MlaOnTheCpuBackend) {
+  for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
+    for (const int ranks : {2, 3}) {
+      CpCase c;
+      c.spec = AttentionSpec::mla(8, 64, 16, 1.0f / std::sqrt(80.0f));
+      c.num_ranks = ranks;
+      c.kind = kind;
+      c.pages_per_run = 2;
+      c.page_size = 8;
+      c.kv_lens = {97, 1, 33};
+      c.label = "mla " + std::to_string(ranks) + " ranks " + (kind == ShareKind::contiguous ? "contiguous" : "interleaved");
+      expect_matches_reference(c);
+    }
+  }
+}
+
+// On one GPU: the ranks' shares run one after another on `mla` (DeepSeek's 512 + 64 latent, 16
+// heads, pages of 64; its kernels return the LSE), long enough that its plan splits them.
+TEST(ContextParallelDecode, MlaRanksOnOneGpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const std::string why = Registry::global().get("mla").why_unavailable();
+  if (!why.empty()) GTEST_SKIP() << "mla: " << why;
+  for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
+    CpCase c;
+    c.backend = "mla";
+    c.spec = AttentionSpec::mla(16, 512, 64, 1.0f / std::sqrt(192.0f));
+    c.num_ranks = 3;
+    c.kind = kind;
+    c.pages_per_run = 4;
+    c.page_size = 64;
+    c.kv_lens = {4097, 301, 17};
+    c.num_layers = 1;
+    c.label = std::string("mla 3 ranks ") + (kind == ShareKind::contiguous ? "contiguous" : "interleaved");
+    expect_matches_reference(c);
+  }
+}
 
 TEST(ContextParallelDecode, Llama3HeadsOnTheCpuBackend) {
   for (const ShareKind kind : {ShareKind::contiguous, ShareKind::interleaved}) {
