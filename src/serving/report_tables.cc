@@ -88,7 +88,8 @@ std::string replay_table(const std::vector<const Run*>& runs) {
   Row head = {"", "run"};
   for (const auto& c : cols) head.push_back(html_escape(c.second));
   const size_t first_figure = head.size();
-  for (const char* h : {"out tok/s", "TTFT ms p50 / p99", "TPOT ms p50 / p99", "ITL ms p50 / p99", "peak KV",
+  for (const char* h : {"out tok/s", "TTFT ms p50 / p99", "of it queued ms p50 / p99", "after admission ms p50 / p99",
+                        "TPOT ms p50 / p99", "ITL ms p50 / p99", "peak KV",
                         "work&shy;space", "pre&shy;empted", "attention share", "sched overhead", "verified"}) {
     head.push_back(h);
   }
@@ -104,7 +105,8 @@ std::string replay_table(const std::vector<const Run*>& runs) {
     size_t passed = 0, checked = 0;
     for (const json& v : r->run->value("verified", json::array())) passed += v.value("passed", false), ++checked;
     for (const std::string& cell :
-         {fixed(num(s, "output_tokens_per_s"), 1), pct(s, "ttft_s", "p50", "p99"), pct(s, "tpot_s", "p50", "p99"),
+         {fixed(num(s, "output_tokens_per_s"), 1), pct(s, "ttft_s", "p50", "p99"), pct(s, "queue_s", "p50", "p99"),
+          pct(s, "admitted_ttft_s", "p50", "p99"), pct(s, "tpot_s", "p50", "p99"),
           pct(s, "itl_s", "p50", "p99"), mib(num(s, "peak_kv_bytes")), mib(num(s, "peak_workspace_bytes")),
           std::to_string(s.value("preemptions", 0)), fixed(100 * num(s, "attn_fraction"), 1) + "%",
           fixed(100 * num(s, "sched_fraction"), 2) + "%",
