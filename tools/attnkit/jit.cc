@@ -4,16 +4,16 @@
 // (for the current GPU, or for --arch without one), and with --tune the tile choices of typical
 // batch shapes measured on this GPU and kept on disk beside them.
 #include <chrono>
-#include <set>
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "attnkit/error.h"
 #include "attnkit/jit.h"
 #include "attnkit/registry.h"
-#include "harness/bench.h"
 #include "commands.h"
+#include "harness/bench.h"
 #include "options.h"
 
 namespace attnkit::tool {
