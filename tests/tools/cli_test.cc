@@ -25,6 +25,15 @@ namespace {
 using attnkit::testing::run_tool;
 using Outcome = attnkit::testing::ToolRun;
 
+constexpr const char* kJitNotBuiltIn = "jit is not built in";
+
+// Why the jit backend cannot run here (kJitNotBuiltIn where it is not registered); empty where it can.
+std::string jit_why_unavailable() {
+  const auto& all = attnkit::Registry::global().all();
+  const auto jit = std::find_if(all.begin(), all.end(), [](const attnkit::BackendInfo& b) { return b.name == "jit"; });
+  return jit == all.end() ? kJitNotBuiltIn : jit->why_unavailable();
+}
+
 TEST(Cli, BadFlagIsOneLineAndExitTwo) {
   const Outcome r = run_tool("check --bogus");
   EXPECT_EQ(r.status, 2);
@@ -244,9 +253,24 @@ TEST(Cli, JitShowsTheSourceItCompiles) {
   const Outcome bad_tile = run_tool("jit --show --preset qwen3-0.6b --tile 'n32 w4'");
   EXPECT_EQ(bad_tile.status, 1) << bad_tile.output;
   EXPECT_NE(bad_tile.output.find("jit: tile 'n32 w4' is not one"), std::string::npos) << bad_tile.output;
+  // DeepSeek's latent: the tensor-core template in two passes of 256 columns; q and cache apart,
+  // the warp-row kernel.
   const Outcome mla = run_tool("jit --show --preset deepseek-v3");
-  EXPECT_EQ(mla.status, 1) << mla.output;
-  EXPECT_NE(mla.output.find("jit: MLA"), std::string::npos) << mla.output;
+  EXPECT_EQ(mla.status, 0) << mla.output;
+  EXPECT_NE(mla.output.find("mma_tile, rendered for head_dim 576/512, group 128"), std::string::npos) << mla.output;
+  EXPECT_NE(mla.output.find("#define VO_PASSES 2"), std::string::npos) << mla.output;
+  const Outcome mixed = run_tool("jit --show --preset deepseek-v3 --kv-dtype f16");
+  EXPECT_EQ(mixed.status, 0) << mixed.output;
+  EXPECT_NE(mixed.output.find("warp_row, rendered for head_dim 576/512"), std::string::npos) << mixed.output;
+}
+
+// `check --backend jit` on DeepSeek runs its random cases on the latent kernels, none skipped (a GPU's).
+TEST(Cli, CheckRunsJitOnDeepSeeksLatent) {
+  if (const std::string why = jit_why_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const Outcome r = run_tool("check --backend jit --preset deepseek-v3 --cases 6");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("6 passed, 0 failed\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("SKIP"), std::string::npos) << r.output;
 }
 
 TEST(Cli, WarmupCompilesOnceIntoTheDiskCacheWithoutAGpu) {
@@ -280,11 +304,9 @@ TEST(Cli, WarmupTuneNeedsAGpuAndNoArch) {
   const Outcome with_arch = run_tool("warmup --preset qwen3-0.6b --tune --arch sm_90");
   EXPECT_EQ(with_arch.status, 2) << with_arch.output;
   EXPECT_NE(with_arch.output.find("--arch and --tune cannot be given together"), std::string::npos) << with_arch.output;
-  const auto& all = attnkit::Registry::global().all();
-  const auto jit = std::find_if(all.begin(), all.end(), [](const attnkit::BackendInfo& b) { return b.name == "jit"; });
-  if (jit == all.end()) GTEST_SKIP() << "jit is not built in";
-  const std::string why = jit->why_unavailable();
+  const std::string why = jit_why_unavailable();
   if (why.empty()) GTEST_SKIP() << "jit runs here: --tune would tune";
+  if (why == kJitNotBuiltIn) GTEST_SKIP() << why;
   const Outcome r = run_tool("warmup --preset qwen3-0.6b --tune");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("warmup --tune: tuning runs the kernels on this machine's GPU: " + why), std::string::npos)

@@ -118,7 +118,8 @@ const JitBackend::Work& JitBackend::work(int layer, const jit::KernelKey& key, c
   shape.causal = lp.causal;
   shape.window_left = lp.window_left;
   shape.num_kv_heads = lp.num_kv_heads;
-  shape.target_ctas = num_sms_ * std::max(1, kernel.ctas_per_sm);
+  // A work item is vo_passes CTAs: the splits fill the GPU with that many fewer items.
+  shape.target_ctas = std::max(1, num_sms_ * std::max(1, kernel.ctas_per_sm) / kernel.vo_passes);
   const std::string name = detail::concat(shape.group, " ", shape.block_m, " ", shape.block_n, " ", shape.causal, " ",
                                           shape.window_left, " ", shape.num_kv_heads, " ", shape.target_ctas, " ",
                                           key.mask_mod);
@@ -168,7 +169,8 @@ void JitBackend::launch_mma_tile(int layer, const jit::CompiledKernel& kernel, c
   const void* tile_flags = w.tile_flags.nbytes() ? w.tile_flags.data() : nullptr;
   void* args[] = {&a.q, &a.out, &a.k_pool, &a.v_pool, &items, &a.requests, &a.pages, &a.sinks, &o_part, &lse_part,
                   &a.sm_scale, &a.soft_cap, &a.window_left, &a.causal, &tile_flags};
-  const dim3 grid(static_cast<unsigned>(w.num_items), static_cast<unsigned>(lp.num_kv_heads));
+  const dim3 grid(static_cast<unsigned>(w.num_items), static_cast<unsigned>(lp.num_kv_heads),
+                  static_cast<unsigned>(kernel.vo_passes));
   kernel.smem_opt_in->ensure(kernel.entry, static_cast<int>(kernel.smem_bytes));  // once a device
   ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, kernel.smem_bytes, stream()));
   if (w.num_merges == 0) return;

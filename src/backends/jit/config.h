@@ -19,6 +19,10 @@ struct Support {
   // Any head dims that are multiples of 8 up to this, qk and vo apart (96, 112, 160, 192/128 ...).
   static constexpr int max_head_dim = 256;
   static constexpr int head_dim_multiple = 8;
+  // Absorbed MLA (DeepSeek's): one 16-bit latent of kv_lora_rank + qk_rope_head_dim values a token,
+  // V its first kv_lora_rank, computed in kLatentVoPasses passes of output columns (source.h).
+  static constexpr std::array<int, 1> mla_kv_lora_ranks = {512};
+  static constexpr std::array<int, 1> mla_rope_dims = {64};
 };
 
 // The most shared memory one CTA may opt into on sm_90 (227 KiB).

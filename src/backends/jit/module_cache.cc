@@ -123,6 +123,7 @@ const CompiledKernel& ModuleCache::get(const KernelKey& key) {
       k.tile_mask = reinterpret_cast<const void*>(tile_mask);
     }
     k.threads = key.tile.threads();
+    k.vo_passes = key.vo_passes();
     k.smem_bytes = tile_smem_bytes(key);
     k.smem_opt_in->ensure(k.entry, static_cast<int>(k.smem_bytes));  // here for the occupancy query below
   } else {

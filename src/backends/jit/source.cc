@@ -1,7 +1,10 @@
 #include "backends/jit/source.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <string_view>
+#include <vector>
 
 #include "attnkit/error.h"
 #include "attnkit/jit.h"
@@ -21,6 +24,46 @@ namespace {
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
+}
+
+// Resolves the template's `#if LATENT` blocks (each with an optional `#else`; conditionals inside
+// are kept as written) for a latent key or not: a non-latent key's source holds no trace of the
+// latent one, so its text, and the disk cache's hash of it, is what it was before latent keys.
+std::string resolve_latent(const std::string& s, bool latent) {
+  struct Frame {
+    bool on_latent;  // an `#if LATENT`, resolved here; else the compiler's
+    bool keep;       // the lines of its current branch are kept
+  };
+  std::vector<Frame> frames;
+  const auto keeping = [&] { return std::all_of(frames.begin(), frames.end(), [](const Frame& f) { return f.keep; }); };
+  const auto starts = [](std::string_view code, std::string_view word) {
+    return code.substr(0, word.size()) == word && (code.size() == word.size() || std::isspace(static_cast<unsigned char>(code[word.size()])));
+  };
+  std::string out;
+  for (size_t pos = 0; pos < s.size();) {
+    const size_t newline = s.find('\n', pos), end = newline == std::string::npos ? s.size() : newline + 1;
+    const std::string_view line(s.data() + pos, end - pos);
+    pos = end;
+    const std::string_view code = line.substr(std::min(line.size(), line.find_first_not_of(" \t")));
+    bool emit = false;
+    if (starts(code, "#if LATENT")) {
+      frames.push_back({true, latent});
+    } else if (starts(code, "#if") || starts(code, "#ifdef") || starts(code, "#ifndef")) {
+      emit = keeping();
+      frames.push_back({false, true});
+    } else if (starts(code, "#else") && !frames.empty() && frames.back().on_latent) {
+      frames.back().keep = !latent;
+    } else if (starts(code, "#endif") && !frames.empty()) {
+      const bool on_latent = frames.back().on_latent;
+      frames.pop_back();
+      emit = !on_latent && keeping();
+    } else {
+      emit = keeping();
+    }
+    if (emit) out += line;
+  }
+  ATTNKIT_CHECK(frames.empty(), "jit: a template's #if has no #endif");
+  return out;
 }
 
 // The variants' functions, rendered into `s` (a template with $VARIANT_FUNCTIONS).
@@ -79,6 +122,7 @@ std::optional<TileConfig> TileConfig::parse(const std::string& text) {
 std::string KernelKey::describe() const {
   std::string s = detail::concat(!tensor_cores() ? "warp_row d" : tile.wgmma ? "wgmma_tile d" : "mma_tile d", head_dim_qk, "/", head_dim_vo, " g", group, " p", page_size, " ",
                                  dtype_name(dtype), " kv ", dtype_name(kv_dtype));
+  if (latent) s += " latent";
   if (tensor_cores()) s += detail::concat(" ", tile.describe());
   if (!score_mod.empty()) s += " score_mod " + score_mod;
   if (!mask_mod.empty()) s += " mask_mod " + mask_mod;
@@ -100,14 +144,15 @@ std::string render_warp_row(const KernelKey& key) {
   replace_all(s, "$KV_BF16", key.kv_dtype == DType::bf16 ? "1" : "0");
   replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)) + ", cache " + std::string(dtype_name(key.kv_dtype)));
   render_variants(s, key);
-  return s;
+  return resolve_latent(s, key.latent);
 }
 
 size_t mma_tile_smem_bytes(const KernelKey& key) {
-  const size_t dqk = (key.head_dim_qk + 15) / 16 * 16, dvo = (key.head_dim_vo + 15) / 16 * 16;
+  const size_t dqk = (key.head_dim_qk + 15) / 16 * 16, dvo = (key.head_dim_vo / key.vo_passes() + 15) / 16 * 16;
   const size_t q = key.tile.block_m() * (dqk + 8) * 2;
-  const size_t stage = key.tile.block_n * (dqk + 8 + dvo + 8) * 2;
-  const size_t epilogue = key.tile.warps_n * key.tile.block_m() * (dvo + 2) * 4;
+  // A latent key's V is the front of its K tile's rows: no V tile.
+  const size_t stage = key.tile.block_n * (dqk + 8 + (key.latent ? 0 : dvo + 8)) * 2;
+  const size_t epilogue = key.tile.warps_n * key.tile.block_m() * (dvo + 2) * 4;  // one pass's columns
   return std::max(q + key.tile.stages * stage, epilogue);
 }
 
@@ -118,6 +163,8 @@ std::string render_mma_tile(const KernelKey& key) {
   const TileConfig& t = key.tile;
   ATTNKIT_CHECK(t.block_n % (16 * t.warps_n) == 0, "jit: tile ", t.describe(),
                 ": block_n must be a multiple of 16 x warps_n");
+  ATTNKIT_CHECK(!key.latent || key.head_dim_vo % (16 * key.vo_passes()) == 0, "jit: a latent key's head_dim_vo must be a multiple of ",
+                16 * key.vo_passes(), " (its ", key.vo_passes(), " passes of 16-column steps), got ", key.head_dim_vo);
   std::string s = kMmaTileTemplate;
   render_tile_common(s, key);
   replace_all(s, "$WARPS_M", std::to_string(t.warps_m));
@@ -133,7 +180,8 @@ std::string render_mma_tile(const KernelKey& key) {
   const size_t by_regs = kRegsPerSm / (kMinRegsPerThread * static_cast<size_t>(t.threads()));
   const size_t min_ctas = t.warps_m == 1 ? std::max<size_t>(1, std::min(by_smem, by_regs)) : 1;
   replace_all(s, "$MIN_CTAS", std::to_string(min_ctas));
-  return s;
+  replace_all(s, "$VO_PASSES", std::to_string(key.vo_passes()));
+  return resolve_latent(s, key.latent);
 }
 
 namespace {
@@ -182,7 +230,7 @@ size_t tile_smem_bytes(const KernelKey& key) {
 }
 
 bool wgmma_serves(const KernelKey& key, const std::string& arch) {
-  return (arch == "sm_90" || arch == "sm_90a") && key.tensor_cores() && key.head_dim_qk % 8 == 0 &&
+  return (arch == "sm_90" || arch == "sm_90a") && key.tensor_cores() && !key.latent && key.head_dim_qk % 8 == 0 &&
          key.head_dim_vo % 8 == 0 && key.head_dim_vo <= 256 && (key.dtype == DType::bf16 || key.dtype == DType::f16);
 }
 
@@ -231,6 +279,8 @@ jit::KernelKey jit::kernel_key_for(const AttentionSpec& spec, const KvCacheConfi
   key.page_size = cache.page_size;
   key.dtype = q_dtype;
   key.kv_dtype = cache.dtype;
+  // why_unsupported above leaves only a plain 16-bit latent of the dims capabilities() names.
+  key.latent = spec.is_mla();
   if (!spec.score_mod.empty()) key.score_mod = VariantExpr::parse(spec.score_mod, "score_mod").cuda_source();
   if (!spec.mask_mod.empty()) key.mask_mod = VariantExpr::parse(spec.mask_mod, "mask_mod").cuda_source();
   return key;

@@ -32,6 +32,9 @@ struct TileConfig {
   static std::optional<TileConfig> parse(const std::string& text);
 };
 
+// A latent key's output passes: 2 x 256 columns (kv_lora_rank 512).
+inline constexpr int kLatentVoPasses = 2;
+
 struct KernelKey {
   int head_dim_qk = 0;
   int head_dim_vo = 0;
@@ -42,12 +45,18 @@ struct KernelKey {
   std::string score_mod;      // the kernel-side text (VariantExpr::cuda_source), empty: off
   std::string mask_mod;
   TileConfig tile;  // the tensor-core template's; unused by warp_row
+  // Absorbed MLA over a plain 16-bit latent cache: K is the slot's head_dim_qk values, V its first
+  // head_dim_vo (the V pool is the latent pool again, rows head_dim_qk apart).
+  bool latent = false;
 
   // Tensor cores take both operands in one dtype: q and cache alike run mma_tile, else warp_row.
   bool tensor_cores() const { return dtype == kv_dtype; }
+  // The passes mma_tile computes O in (blockIdx.z): a latent key's 512 fp32 columns a row do not
+  // fit a thread's registers at once.
+  int vo_passes() const { return latent && tensor_cores() ? kLatentVoPasses : 1; }
   bool operator==(const KernelKey&) const = default;
   // "mma_tile d128/128 g4 p16 bf16 kv bf16 n64 w4x1 m1 s2" (or "wgmma_tile ...", "warp_row ..."),
-  // plus the variants.
+  // plus the variants; a latent key's has " latent" after the dtypes.
   std::string describe() const;
 };
 

@@ -5,12 +5,8 @@
 // tuner's choice and every tile it may choose.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
-#include "attnkit/registry.h"
 #include "backends/jit/config.h"
-#include "gpu_test.h"
-#include "harness/check.h"
+#include "jit_check.h"
 #include "param_name.h"
 
 namespace attnkit {
@@ -88,14 +84,8 @@ std::vector<std::pair<int, jit::TileConfig>> tile_cases() {
 class JitConformance : public ::testing::TestWithParam<int> {};
 
 TEST_P(JitConformance, MatchesReference) {
-  ATTNKIT_SKIP_WITHOUT_GPU();
-  const std::string why = Registry::global().get("jit").why_unavailable();
-  if (!why.empty()) GTEST_SKIP() << "jit: " << why;
-  const harness::CheckCase c = cases()[static_cast<size_t>(GetParam())];
-  const harness::CheckResult r = harness::run_check("jit", c);
-  ASSERT_TRUE(r.skipped.empty()) << r.skipped;
-  EXPECT_TRUE(r.passed) << harness::describe(c) << ": rel error " << r.rel_err << " > " << r.tolerance << "; "
-                        << r.message;
+  if (const std::string why = testing::why_jit_cannot_run(); !why.empty()) GTEST_SKIP() << why;
+  testing::expect_jit_matches_reference(cases()[static_cast<size_t>(GetParam())]);
 }
 
 std::string tile_case_name(int param) {
@@ -106,17 +96,9 @@ std::string tile_case_name(int param) {
 class JitTiles : public ::testing::TestWithParam<int> {};
 
 TEST_P(JitTiles, EveryTileMatchesReference) {
-  ATTNKIT_SKIP_WITHOUT_GPU();
-  const std::string why = Registry::global().get("jit").why_unavailable();
-  if (!why.empty()) GTEST_SKIP() << "jit: " << why;
+  if (const std::string why = testing::why_jit_cannot_run(); !why.empty()) GTEST_SKIP() << why;
   const auto [index, tile] = tile_cases()[static_cast<size_t>(GetParam())];
-  const harness::CheckCase c = cases()[static_cast<size_t>(index)];
-  ::setenv("ATTNKIT_JIT_TILE", tile.describe().c_str(), 1);
-  const harness::CheckResult r = harness::run_check("jit", c);
-  ::unsetenv("ATTNKIT_JIT_TILE");
-  ASSERT_TRUE(r.skipped.empty()) << r.skipped;
-  EXPECT_TRUE(r.passed) << harness::describe(c) << " on " << tile.describe() << ": rel error " << r.rel_err << " > "
-                        << r.tolerance << "; " << r.message;
+  testing::expect_jit_matches_reference(cases()[static_cast<size_t>(index)], tile.describe());
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, JitTiles, ::testing::Range(0, static_cast<int>(tile_cases().size())),

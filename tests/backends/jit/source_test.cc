@@ -6,25 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "backends/jit/config.h"
 #include "backends/jit/nvrtc.h"
 #include "core/variant_expr.h"
+#include "test_keys.h"
 
 namespace attnkit::jit {
 namespace {
 
-KernelKey key(int dk, int dv, int group, int page, DType q, DType kv) {
-  KernelKey k;
-  k.head_dim_qk = dk;
-  k.head_dim_vo = dv;
-  k.group = group;
-  k.page_size = page;
-  k.dtype = q;
-  k.kv_dtype = kv;
-  return k;
-}
+using testing::make_key;
+
+KernelKey key(int dk, int dv, int group, int page, DType q, DType kv) { return make_key(dk, dv, group, page, q, kv); }
 
 TEST(JitSource, RendersEveryPlaceholder) {
   KernelKey k = key(192, 128, 4, 16, DType::bf16, DType::f16);
@@ -118,14 +111,7 @@ TEST(JitSource, EveryTileCandidateCompilesForSm90a) {
       }
     }
   }
-  // Two compiles at a time (NVRTC is thread-safe): the suite's time, not the check, is halved.
-  std::vector<size_t> sizes(keys.size());
-  auto compile_from = [&](size_t first) {
-    for (size_t i = first; i < keys.size(); i += 2) sizes[i] = nvrtc->compile_cubin(render(keys[i]), keys[i].describe(), "sm_90a", {}).size();
-  };
-  std::thread other(compile_from, 1);
-  compile_from(0);
-  other.join();
+  const std::vector<size_t> sizes = testing::compiled_sizes(*nvrtc, keys);
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_GT(sizes[i], 1000u) << keys[i].describe();
 }
 

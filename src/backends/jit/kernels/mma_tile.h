@@ -15,7 +15,8 @@ namespace attnkit::jit {
 // $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, BF16 (1: bf16, 0: f16; q, cache
 // and out share it), BLOCK_N, WARPS_M, WARPS_N, M_TILES, STAGES, SMEM_BYTES (what the host launches
 // with), ELEM and CONFIG (words), PTX_FUNCTIONS (kernels/mma_ptx.h), VARIANT_FUNCTIONS
-// (kernels/variants.h), HAS_MASK_MOD, MIN_CTAS, TILE_COMMON (kernels/tile_common.h: merge, tile_mask).
+// (kernels/variants.h), HAS_MASK_MOD, MIN_CTAS, TILE_COMMON (kernels/tile_common.h: merge, tile_mask),
+// VO_PASSES. `#if LATENT` blocks are resolved by source.cc (resolve_latent), not by the compiler.
 inline constexpr const char* kMmaTileTemplate = R"CUDA(
 // attnkit jit: mma_tile, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM, $CONFIG
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -33,10 +34,20 @@ inline constexpr const char* kMmaTileTemplate = R"CUDA(
 #define LOG2E 1.4426950408889634f
 
 #define DQK ((HEAD_DIM_QK + 15) / 16 * 16)  // the k steps of S = Q K^T, zero-filled past HEAD_DIM_QK
+#if LATENT
+// One latent a token (absorbed MLA): K is its HEAD_DIM_QK values and V its first HEAD_DIM_VO, read
+// from the K tile (no V tile). O is computed in VO_PASSES passes of DVO columns, blockIdx.z the
+// pass, each scoring every key again: HEAD_DIM_VO fp32 accumulators a row do not fit a thread.
+#define VO_PASSES $VO_PASSES
+#define DVO (HEAD_DIM_VO / VO_PASSES)
+#define KSTRIDE (DQK + 8)  // 16 bytes of pad, as below
+#define VSTRIDE KSTRIDE
+#else
 #define DVO ((HEAD_DIM_VO + 15) / 16 * 16)
 // A shared row is 16 bytes longer than its data: the 8 rows one ldmatrix reads fall in 8 bank groups.
 #define KSTRIDE (DQK + 8)
 #define VSTRIDE (DVO + 8)
+#endif
 #define WARP_ROWS (16 * M_TILES)
 #define BLOCK_M (WARP_ROWS * WARPS_M)
 #define THREADS (32 * WARPS_M * WARPS_N)
@@ -47,7 +58,11 @@ inline constexpr const char* kMmaTileTemplate = R"CUDA(
 // warp's unnormalised O, row max and row sum.
 #define Q_BYTES (BLOCK_M * KSTRIDE * 2)
 #define K_BYTES (BLOCK_N * KSTRIDE * 2)
+#if LATENT
+#define STAGE_BYTES K_BYTES
+#else
 #define STAGE_BYTES (K_BYTES + BLOCK_N * VSTRIDE * 2)
+#endif
 #define EPILOGUE_BYTES (WARPS_N * BLOCK_M * (DVO + 2) * 4)
 #define MAIN_BYTES (Q_BYTES + STAGES * STAGE_BYTES)
 static_assert((MAIN_BYTES > EPILOGUE_BYTES ? MAIN_BYTES : EPILOGUE_BYTES) <= $SMEM_BYTES, "the host's shared-memory size is short");
@@ -75,6 +90,29 @@ $WORK_ITEM
   }
   const int num_tiles = (kv_hi - kv_lo + BLOCK_N - 1) / BLOCK_N;
   // A tile's 16-byte chunks, unrolled so every page-table read of a tile issues before its copies.
+#if LATENT
+  // Only K (one KV head: a slot is one latent row): a row's DQK / 8 chunks are 8 threads' (DQK / 64
+  // each, at offsets the unrolled loop makes constants), LROWS rows at a time, a page-table read a
+  // row a thread. The general load below, unrolled over a row's 72 chunks, spilled past 255
+  // registers beside a pass's O (ptxas -v: 152 bytes at n64 w1x4; this one 239 registers, none).
+#define LROWS (THREADS / 8)
+  static_assert(DQK % 64 == 0 && BLOCK_N % LROWS == 0, "a latent row is 8 threads' whole chunks");
+  const unsigned l_smem = smem_addr(smem) + Q_BYTES + ((tid / 8) * KSTRIDE + (tid % 8) * 8) * 2;
+  const char* l_base = reinterpret_cast<const char*>(k_pool) + (tid % 8) * 16;
+  auto load_tile = [&](int j) {
+    const unsigned s_k = l_smem + (j % STAGES) * STAGE_BYTES;
+    const int t0 = kv_lo + j * BLOCK_N + tid / 8;
+#pragma unroll
+    for (int i = 0; i < BLOCK_N / LROWS; ++i) {
+      const int t = t0 + i * LROWS;
+      const bool ok = t < kv_hi;
+      const long long slot = ok ? (long long)__ldg(pages + t / PAGE_SIZE) * PAGE_SIZE + t % PAGE_SIZE : 0;
+      const char* row = l_base + slot * (HEAD_DIM_QK * 2);
+#pragma unroll
+      for (int c = 0; c < DQK / 64; ++c) copy16(s_k + (i * LROWS * KSTRIDE + c * 64) * 2, row + c * 128, ok);
+    }
+  };
+#else
 #if THREADS % (DQK / 8) == 0 && HEAD_DIM_QK == HEAD_DIM_VO
   // Each thread copies one 16-byte column (cc) of rows r0, r0 + LROWS, ...: its column, its shared
   // and global bases are loop-invariant, and K and V of a row share one page-table read and one
@@ -129,6 +167,7 @@ $WORK_ITEM
     }
   };
 #endif
+#endif
 $TILE_ISSUE
 
   // This lane's rows (r and r + 8 of each of its warp's row tiles) and what the masks need of them.
@@ -174,7 +213,11 @@ $TILE_ISSUE
 #endif
     const unsigned char* stage = smem + Q_BYTES + (j % STAGES) * STAGE_BYTES;
     const unsigned k_lane = smem_addr(stage) + ((wn * NW + lane % 8 + (lane / 16) * 8) * KSTRIDE + ((lane / 8) % 2) * 8) * 2;
+#if LATENT
+    const unsigned v_lane = smem_addr(stage) + ((wn * NW + lane % 8 + ((lane / 8) % 2) * 8) * VSTRIDE + blockIdx.z * DVO + (lane / 16) * 8) * 2;
+#else
     const unsigned v_lane = smem_addr(stage + K_BYTES) + ((wn * NW + lane % 8 + ((lane / 8) % 2) * 8) * VSTRIDE + (lane / 16) * 8) * 2;
+#endif
 
     float s[M_TILES][NW / 8][4];
     for (int mt = 0; mt < M_TILES; ++mt)
@@ -303,8 +346,17 @@ $TILE_ISSUE
     }
   }
   __syncthreads();
+#if LATENT
+  // This pass's DVO columns, from column blockIdx.z * DVO of each output row. Every pass has the
+  // same row max and sum (the same scores), so each writes the same log-sum-exp.
+  out += blockIdx.z * DVO;
+  o_part += blockIdx.z * DVO;
+  for (int c = tid; c < BLOCK_M * (DVO / 2); c += THREADS) {
+    const int r = c / (DVO / 2), col = 2 * (c % (DVO / 2)), p = row0 + r;
+#else
   for (int c = tid; c < BLOCK_M * (HEAD_DIM_VO / 2); c += THREADS) {
     const int r = c / (HEAD_DIM_VO / 2), col = 2 * (c % (HEAD_DIM_VO / 2)), p = row0 + r;
+#endif
     if (p >= rows) continue;
     float mx = NEG_INF;
     for (int w = 0; w < WARPS_N; ++w) mx = fmaxf(mx, e_m[w * BLOCK_M + r]);

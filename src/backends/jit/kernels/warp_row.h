@@ -11,7 +11,8 @@
 namespace attnkit::jit {
 
 // $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, WARPS, Q_BF16 / KV_BF16 (1: bf16, 0: f16),
-// ELEM (the dtypes in words), VARIANT_FUNCTIONS (kernels/variants.h).
+// ELEM (the dtypes in words), VARIANT_FUNCTIONS (kernels/variants.h). `#if LATENT` blocks are
+// resolved by source.cc (a latent key: V is the front of the K pool's rows).
 inline constexpr const char* kWarpRowTemplate = R"CUDA(
 // attnkit jit: warp_row, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -116,7 +117,11 @@ attend(const unsigned short* __restrict__ q, unsigned short* __restrict__ out, c
         const float pj = __shfl_sync(0xffffffffu, p, j);
         const long long sj = __shfl_sync(0xffffffffu, slot, j);
         if (pj == 0.0f) continue;
+#if LATENT
+        const unsigned short* v_row = v_pool + sj * HEAD_DIM_QK;  // the latent's front (one KV head)
+#else
         const unsigned short* v_row = v_pool + (sj * num_kv_heads + kv_head) * HEAD_DIM_VO;
+#endif
         for (int i = 0; i < VO_PER_LANE; ++i) {
           const int e = lane + 32 * i;
           if (e < HEAD_DIM_VO) o[i] += pj * KV_TO_FLOAT(v_row[e]);
