@@ -111,6 +111,24 @@ double peak_rss_bytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
+// The median of `values` (sorted in place).
+double median_of(std::vector<double>& values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// The median host time of `fn(i)` over `n` calls, in microseconds.
+template <typename Fn>
+double median_host_us(int n, Fn&& fn) {
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn(i);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median_of(us);
+}
+
 }  // namespace
 
 Workload make_workload(const ModelSpec& model, Phase phase, int batch_size, int64_t kv_len, int page_size, DType dtype) {
@@ -279,15 +297,8 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
     timeline->write_csv(opt.decode_timeline);
   }
   if (caps.device == Device::cuda) {
-    std::vector<double> host_us;
-    for (int i = 0; i < 21; ++i) {
-      const auto t0 = Clock::now();
-      call(i);
-      host_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
+    r.call_host_us = median_host_us(21, [&](int i) { call(i); });
     b->synchronize();
-    std::sort(host_us.begin(), host_us.end());
-    r.call_host_us = host_us[host_us.size() / 2];
   }
   r.call_ms = ms;
   std::sort(ms.begin(), ms.end());
@@ -304,14 +315,7 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
   r.peak_rss_bytes = peak_rss_bytes();
   r.workspace_bytes = static_cast<double>(b->workspace_bytes());
   // Host cost of planning one batch (the plan is reused by every layer), median of a few.
-  std::vector<double> plan_us;
-  for (int i = 0; i < 21; ++i) {
-    const auto t0 = Clock::now();
-    b->init_forward_metadata(batch);
-    plan_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  std::sort(plan_us.begin(), plan_us.end());
-  r.plan_us = plan_us[plan_us.size() / 2];
+  r.plan_us = median_host_us(21, [&](int) { b->init_forward_metadata(batch); });
   // And the plans of the next decode steps, each history one position longer than in the step
   // before (a serving loop's usual plan, which a backend may derive from the last one). Each
   // batch is built just before its plan, untimed, as a serving loop builds it.
@@ -328,8 +332,7 @@ BenchResult run_bench(const std::string& backend, const Workload& w, const Bench
       step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
     b->synchronize();
-    std::sort(step_us.begin(), step_us.end());
-    r.plan_step_us = step_us[step_us.size() / 2];
+    r.plan_step_us = median_of(step_us);
   }
   return r;
 }
