@@ -7,8 +7,10 @@
 #   mla:     mla_tests, mla_graph_tests, parallel_tests, attnkit check (deepseek-v3 16 / 128 heads), SASS
 #   sanitize: memcheck, racecheck, synccheck over hopper's conformance cases; racecheck, memcheck over mla's
 #   flashinfer: compiles the FlashInfer peers' modules (CPU) and packs them for the speed runs
-# Uses dist/ (build-for-device.sh). Writes ./out (or $OUT): lane-*.txt (a line a step) and logs.tgz,
-# and flashinfer-aot.tar.xz (copy it to .whl/ for device-check.sh's peers).
+# Runs the tool and tests in dist/ (scripts/build-for-device.sh builds them for sm_90a). Writes ./out,
+# or the folder OUT names: lane-*.txt (a line a step), logs.tgz (every log), and
+# flashinfer-aot.tar.xz (FlashInfer's compiled modules: put it in .whl/ and device-check.sh's peers
+# load them instead of compiling).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
