@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Times attnkit's `mla` backend and FlashInfer's MLA wrapper (BatchMLAPagedAttentionWrapper) in
+"""Times attnkit's `mla` backend (or, with --backend jit, jit's latent kernels) and FlashInfer's MLA wrapper (BatchMLAPagedAttentionWrapper) in
 one run over the same DeepSeek absorbed shapes (576 / 512, bf16 latent cache, page 64), and writes
 a markdown table with the ratios and a JSON of every figure. The fp8 rows time attnkit's
 fp8_blocked latent cache (656 bytes a token) alone (FlashInfer's MLA wrapper has no such cache);
@@ -68,10 +68,10 @@ def figure(metric, ms, heads, groups, fp8=False):
     return (nbytes if metric == "TB/s" else flops) / (ms * 1e-3) / 1e12
 
 
-def attnkit_ms(tool, heads, groups, fp8=False):
+def attnkit_ms(tool, backend, heads, groups, fp8=False):
     spec = ",".join(f"{p}+{n}x{c}" for p, n, c in groups)
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-        cmd = [tool, "bench", "--backend", "mla", "--preset", "deepseek-v3", "--heads", str(heads), "--requests",
+        cmd = [tool, "bench", "--backend", backend, "--preset", "deepseek-v3", "--heads", str(heads), "--requests",
                spec, "--page-size", str(PAGE), "--max-seconds", "10", "--json", tmp.name]
         if fp8:
             cmd += ["--kv-dtype", "e4m3", "--latent", "fp8-blocked"]
@@ -124,6 +124,7 @@ def main() -> int:
     ap.add_argument("--markdown", required=True)
     ap.add_argument("--shapes", nargs="*", help="names to run (default: all)")
     ap.add_argument("--no-peer", action="store_true", help="attnkit only")
+    ap.add_argument("--backend", default="mla", help="the attnkit backend timed (mla, or jit's latent kernels)")
     args = ap.parse_args()
     rows = []
     for name, heads, groups, metric in SHAPES:
@@ -132,7 +133,7 @@ def main() -> int:
         fp8 = is_fp8(name)
         row = {"shape": name, "heads": heads, "requests": groups, "metric": metric}
         peer = None if args.no_peer or fp8 else lambda: flashinfer_ms(heads, groups)
-        for who, fn in [("attnkit", lambda: attnkit_ms(args.tool, heads, groups, fp8)), ("flashinfer", peer)]:
+        for who, fn in [("attnkit", lambda: attnkit_ms(args.tool, args.backend, heads, groups, fp8)), ("flashinfer", peer)]:
             if fn is None:
                 continue
             try:
@@ -145,7 +146,7 @@ def main() -> int:
         rows.append(row)
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    lines = ["| shape | metric | attnkit `mla` | FlashInfer MLA | ratio |", "|---|---|---|---|---|"]
+    lines = [f"| shape | metric | attnkit `{args.backend}` | FlashInfer MLA | ratio |", "|---|---|---|---|---|"]
     by_name = {r["shape"]: r for r in rows}
     for r in rows:
         a, f = r.get("attnkit", {}), r.get("flashinfer", {})
