@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """One short table from the attnkit and peer runs: per shape, attnkit's best GPU backend, the best
 peer, and their ratio (above 1: attnkit is faster). Prints it and, with --markdown, writes it.
+With --backend and --against: one backend's figure per shape, then a column per named attnkit
+backend or peer with its figure and the backend's ratio to it.
 
     python3 bench/summarize.py --attnkit out/attnkit.json --peers out/peers.json [--markdown FILE]
+    python3 bench/summarize.py --attnkit out/attnkit.json --peers out/peers.json \
+        --backend hopper --against planned flashinfer-prefill-ragged-fa3 sdpa-cudnn
 """
 import argparse
 import json
@@ -26,17 +30,50 @@ def load(path):
     return {"results": []}
 
 
+def against(backend, columns, ak, pe):
+    """(header, rows): the backend's figure per shape, then each column's figure and the ratio."""
+    def figure(name, shape):
+        rows = [r for r in ak["results"] if r["shape"] == shape and r.get("backend") == name]
+        rows += [r for r in pe["results"] if r["shape"] == shape and r.get("peer") == name]
+        done = [r for r in rows if "value" in r]
+        return done[0] if done else (rows[0] if rows else None)
+
+    header = ["shape", "metric", backend]
+    for c in columns:
+        header += [c, "ratio"]
+    out = []
+    for shape in shapes.SHAPES:
+        own = figure(backend, shape.name)
+        if own is None:
+            continue
+        row = [shape.name, shape.metric(), f"{own['value']:.3f}" if "value" in own else "-"]
+        for c in columns:
+            other = figure(c, shape.name)
+            if other is None or "value" not in other:
+                row += ["-", "-"]
+            else:
+                ratio = f"{own['value'] / other['value']:.2f}" if "value" in own else "-"
+                row += [f"{other['value']:.3f}", ratio]
+        out.append(row)
+    return header, out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--attnkit")
-    ap.add_argument("--peers")
+    ap.add_argument("--peers", nargs="*", default=[], help="one or more run_peers.py JSON files")
     ap.add_argument("--markdown")
+    ap.add_argument("--backend", help="the attnkit backend whose figures the table compares")
+    ap.add_argument("--against", nargs="*", default=[], help="attnkit backends or peers, a column each")
     args = ap.parse_args()
-    ak, pe = load(args.attnkit), load(args.peers)
+    ak = load(args.attnkit)
+    pe = {"results": [r for path in args.peers for r in load(path)["results"]]}
 
     header = ["shape", "metric", "attnkit (backend)", "best peer (peer)", "ratio"]
     rows = []
-    for shape in shapes.SHAPES:
+    if args.backend:
+        header, rows = against(args.backend, args.against, ak, pe)
+    for shape in [] if args.backend else shapes.SHAPES:
         a = best([r for r in ak["results"] if r["shape"] == shape.name], "value")
         p = best([r for r in pe["results"] if r["shape"] == shape.name], "value")
         if a is None and p is None:
