@@ -44,23 +44,7 @@ shape_opts=()
 if [[ -n "$shapes_arg" ]]; then IFS=';' read -r -a shapes <<<"$shapes_arg"; shape_opts=(--shapes "${shapes[@]}"); fi
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
-peers_installed=0
-# FlashInfer's wheels from .whl/ into /tmp/site (once), with the modules an earlier run compiled.
-install_peers() {
-  [[ $peers_installed == 1 ]] && return
-  peers_installed=1
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
-      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || note "wheel install FAILED"
-    # Modules compiled by an earlier run (run_peers.py --save-aot) load without compiling again.
-    if [[ -f .whl/flashinfer-aot.tar.xz ]]; then
-      mkdir -p /tmp/site/flashinfer/data/aot && tar -xJf .whl/flashinfer-aot.tar.xz -C /tmp/site/flashinfer/data/aot
-    fi
-  else
-    echo "no .whl/: FlashInfer peers are skipped (run scripts/fetch-third-party.sh where pip works)"
-  fi
-  export FLASHINFER_WORKSPACE_BASE=/tmp PYTHONUNBUFFERED=1
-}
+source scripts/peers-env.sh
 section() { echo; echo "==================== $1 ($(date -u +%H:%M:%S))"; }
 
 section "device"
