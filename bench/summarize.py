@@ -30,30 +30,45 @@ def load(path):
     return {"results": []}
 
 
+def best_of_each(ak, pe):
+    """(header, rows): per shape, attnkit's best backend, the best peer and their ratio."""
+    header = ["shape", "metric", "attnkit (backend)", "best peer (peer)", "ratio"]
+    rows = []
+    for shape in shapes.SHAPES:
+        a = best([r for r in ak["results"] if r["shape"] == shape.name], "value")
+        p = best([r for r in pe["results"] if r["shape"] == shape.name], "value")
+        if a is None and p is None:
+            continue
+        fa = f"{a['value']:.3f} ({a['backend']})" if a else "-"
+        fp = f"{p['value']:.3f} ({p['peer']})" if p else "-"
+        ratio = f"{a['value'] / p['value']:.2f}" if a and p else "-"
+        rows.append([shape.name, shape.metric(), fa, fp, ratio])
+    return header, rows
+
+
 def against(backend, columns, ak, pe):
     """(header, rows): the backend's figure per shape, then each column's figure and the ratio."""
+    def rows_of(name, shape):
+        return ([r for r in ak["results"] if r["shape"] == shape and r.get("backend") == name] +
+                [r for r in pe["results"] if r["shape"] == shape and r.get("peer") == name])
+
     def figure(name, shape):
-        rows = [r for r in ak["results"] if r["shape"] == shape and r.get("backend") == name]
-        rows += [r for r in pe["results"] if r["shape"] == shape and r.get("peer") == name]
-        done = [r for r in rows if "value" in r]
-        return done[0] if done else (rows[0] if rows else None)
+        """The measured figure of a backend or peer on a shape, or None."""
+        return next((r["value"] for r in rows_of(name, shape) if "value" in r), None)
 
     header = ["shape", "metric", backend]
     for c in columns:
         header += [c, "ratio"]
     out = []
     for shape in shapes.SHAPES:
-        own = figure(backend, shape.name)
-        if own is None:
+        if not rows_of(backend, shape.name):
             continue
-        row = [shape.name, shape.metric(), f"{own['value']:.3f}" if "value" in own else "-"]
-        for c in columns:
-            other = figure(c, shape.name)
-            if other is None or "value" not in other:
-                row += ["-", "-"]
-            else:
-                ratio = f"{own['value'] / other['value']:.2f}" if "value" in own else "-"
-                row += [f"{other['value']:.3f}", ratio]
+        own = figure(backend, shape.name)
+        others = [figure(c, shape.name) for c in columns]
+        row = [shape.name, shape.metric(), f"{own:.3f}" if own is not None else "-"]
+        for other in others:
+            row += [f"{other:.3f}" if other is not None else "-",
+                    f"{own / other:.2f}" if own is not None and other is not None else "-"]
         out.append(row)
     return header, out
 
@@ -69,19 +84,7 @@ def main() -> int:
     ak = load(args.attnkit)
     pe = {"results": [r for path in args.peers for r in load(path)["results"]]}
 
-    header = ["shape", "metric", "attnkit (backend)", "best peer (peer)", "ratio"]
-    rows = []
-    if args.backend:
-        header, rows = against(args.backend, args.against, ak, pe)
-    for shape in [] if args.backend else shapes.SHAPES:
-        a = best([r for r in ak["results"] if r["shape"] == shape.name], "value")
-        p = best([r for r in pe["results"] if r["shape"] == shape.name], "value")
-        if a is None and p is None:
-            continue
-        fa = f"{a['value']:.3f} ({a['backend']})" if a else "-"
-        fp = f"{p['value']:.3f} ({p['peer']})" if p else "-"
-        ratio = f"{a['value'] / p['value']:.2f}" if a and p else "-"
-        rows.append([shape.name, shape.metric(), fa, fp, ratio])
+    header, rows = against(args.backend, args.against, ak, pe) if args.backend else best_of_each(ak, pe)
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [header] + rows]
     print("\n".join(lines))

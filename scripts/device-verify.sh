@@ -22,6 +22,7 @@ export LD_LIBRARY_PATH="$root/dist/lib:$(scripts/cuda-lib-dirs.sh)"
 export ATTNKIT_TOOL="$root/dist/attnkit" PYTHONUNBUFFERED=1
 tests=dist/tests tool=dist/attnkit
 lane_seconds="${LANE_SECONDS:-300}"
+source scripts/peers-env.sh
 
 # A gtest executable: its name, time and the PASSED/FAILED lines.
 gtest() {
@@ -79,8 +80,7 @@ lane_sanitize() {
 }
 lane_flashinfer() {
   if ! ls .whl/*.whl >/dev/null 2>&1; then echo "no .whl/: nothing to compile"; return; fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site FLASHINFER_WORKSPACE_BASE=/tmp
+  install_peers --without-compiled
   (cd bench/peers && timeout 400 python3 -c "
 import run_peers, peers
 run_peers.prebuild_flashinfer([n for n in peers.PEERS if peers.PEERS[n][2]], {64, 128, 256})")

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# Sourced by the scripts that time peers on the GPU machine: install_peers puts FlashInfer's wheels
-# from .whl/ into /tmp/site (once), with the modules an earlier run compiled, and sets the
-# environment the peers read. Calls `note` where the caller defines one, else echoes.
+# Sourced by the scripts that run peers on the GPU machine: install_peers puts FlashInfer's wheels
+# from .whl/ into /tmp/site (once), with the modules an earlier run compiled (not with
+# --without-compiled: a run that compiles them to pack them), and sets the environment the peers
+# read. Calls `note` where the caller defines one, else echoes.
 peers_installed=0
 install_peers() {
   [[ $peers_installed == 1 ]] && return
@@ -12,7 +13,7 @@ install_peers() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
       export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || $say "wheel install FAILED"
     # Modules compiled by an earlier run (run_peers.py --save-aot) load without compiling again.
-    if [[ -f .whl/flashinfer-aot.tar.xz ]]; then
+    if [[ -f .whl/flashinfer-aot.tar.xz && "${1:-}" != --without-compiled ]]; then
       mkdir -p /tmp/site/flashinfer/data/aot && tar -xJf .whl/flashinfer-aot.tar.xz -C /tmp/site/flashinfer/data/aot
     fi
   else

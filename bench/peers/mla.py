@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Times attnkit's `mla` backend (or, with --backend jit, jit's latent kernels) and FlashInfer's MLA wrapper (BatchMLAPagedAttentionWrapper) in
-one run over the same DeepSeek absorbed shapes (576 / 512, bf16 latent cache, page 64), and writes
-a markdown table with the ratios and a JSON of every figure. The fp8 rows time attnkit's
-fp8_blocked latent cache (656 bytes a token) alone (FlashInfer's MLA wrapper has no such cache);
-their ratio is tokens/s against attnkit's bf16 row of the same batch.
+"""Times attnkit's `mla` backend (or, with --backend jit, jit's latent kernels) and FlashInfer's MLA
+wrapper (BatchMLAPagedAttentionWrapper) in one run over the same DeepSeek absorbed shapes (576 / 512,
+bf16 latent cache, page 64), and writes a markdown table with the ratios and a JSON of every figure.
+The fp8 rows time attnkit's fp8_blocked latent cache (656 bytes a token) alone (FlashInfer's MLA
+wrapper has no such cache); their ratio is tokens/s against attnkit's bf16 row of the same batch.
 
     python3 bench/peers/mla.py --tool dist/attnkit --json out/mla.json --markdown out/mla.md
 
@@ -133,7 +133,8 @@ def main() -> int:
         fp8 = is_fp8(name)
         row = {"shape": name, "heads": heads, "requests": groups, "metric": metric}
         peer = None if args.no_peer or fp8 else lambda: flashinfer_ms(heads, groups)
-        for who, fn in [("attnkit", lambda: attnkit_ms(args.tool, args.backend, heads, groups, fp8)), ("flashinfer", peer)]:
+        ours = lambda: attnkit_ms(args.tool, args.backend, heads, groups, fp8)  # noqa: E731
+        for who, fn in [("attnkit", ours), ("flashinfer", peer)]:
             if fn is None:
                 continue
             try:
