@@ -1,6 +1,7 @@
 // The `jit` backend's kernel source, for reading what runs: the template rendered for one layer of
-// a model over a cache, with q of one dtype, exactly as the backend compiles it (`attnkit jit
-// --show`). Rendering needs no GPU.
+// a model over a cache, with q of one dtype, exactly as the backend compiles it for a GPU before
+// sm_90 (`attnkit jit --show`; for sm_90 and later the tensor-core source adds a few lines of
+// programmatic dependent launch around the split-KV merge). Rendering needs no GPU.
 #pragma once
 
 #include <functional>

@@ -175,8 +175,23 @@ void JitBackend::launch_mma_tile(int layer, const jit::CompiledKernel& kernel, c
   ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.entry, grid, dim3(kernel.threads), args, kernel.smem_bytes, stream()));
   if (w.num_merges == 0) return;
   void* merge_args[] = {&a.out, &o_part, &lse_part, &merges, &a.requests, &a.sinks};
-  const dim3 merge_grid(static_cast<unsigned>(w.num_merges), static_cast<unsigned>(lp.num_kv_heads));
-  ATTNKIT_CUDA_CHECK(cudaLaunchKernel(kernel.merge, merge_grid, dim3(128), merge_args, 0, stream()));
+  // Programmatic dependent launch (sm_90+, where the source carries griddepcontrol): without it the
+  // merge's CTAs start only once attend's grid has drained, after a launch gap that a long split
+  // decode pays on every layer. With it they may be scheduled as soon as every attend CTA has
+  // reached its epilogue (griddepcontrol.launch_dependents) and each waits (griddepcontrol.wait)
+  // until attend's grid has completed and its partials are visible: the gap is hidden, the order
+  // kept. Kernels after the merge wait for it in stream order as before. Under stream capture
+  // (CUDA 12.3+) the attribute becomes a programmatic edge of the graph, with the same meaning.
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(w.num_merges), static_cast<unsigned>(lp.num_kv_heads));
+  config.blockDim = dim3(128);
+  config.stream = stream();
+  config.attrs = kernel.pdl ? &pdl : nullptr;
+  config.numAttrs = kernel.pdl ? 1 : 0;
+  ATTNKIT_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel.merge, merge_args));
 }
 
 void JitBackend::launch_warp_row(int layer, const jit::CompiledKernel& kernel, const TensorView& q,

@@ -51,8 +51,8 @@ const Nvrtc& nvrtc_or_throw() {
 
 WarmResult ModuleCache::warm(const KernelKey& key, const std::string& target) {
   const Nvrtc& nvrtc = nvrtc_or_throw();
-  const std::string source = render(key);
   const std::string arch = compile_arch(key, target);  // what get() compiles for on a GPU of `target`
+  const std::string source = render(key, arch);
   const std::string cache_key = module_key(source, arch, nvrtc);
   WarmResult r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -90,8 +90,8 @@ std::string ModuleCache::device_arch() {
 
 const CompiledKernel& ModuleCache::get(const KernelKey& key) {
   const Nvrtc* nvrtc = &nvrtc_or_throw();
-  const std::string source = render(key);
   const std::string arch = compile_arch(key, device_arch());
+  const std::string source = render(key, arch);
   const std::string cache_key = module_key(source, arch, *nvrtc);
 
   std::lock_guard<std::mutex> lock(mutex_);
@@ -124,6 +124,7 @@ const CompiledKernel& ModuleCache::get(const KernelKey& key) {
     }
     k.threads = key.tile.threads();
     k.vo_passes = key.vo_passes();
+    k.pdl = pdl_arch(arch);
     k.smem_bytes = tile_smem_bytes(key);
     k.smem_opt_in->ensure(k.entry, static_cast<int>(k.smem_bytes));  // here for the occupancy query below
   } else {

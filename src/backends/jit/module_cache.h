@@ -20,6 +20,7 @@ struct CompiledKernel {
   const void* tile_mask = nullptr;  // mma_tile's once-a-batch mask_mod tile flags; nullptr without one
   int threads = 0;              // a CTA's
   int vo_passes = 1;            // CTAs a work item, each its share of the output columns (blockIdx.z)
+  bool pdl = false;             // rendered with griddepcontrol (source.h: pdl_arch): merge launches with PDL
   size_t smem_bytes = 0;        // dynamic shared memory a launch asks for
   // The opt-in to smem_bytes, made on each device the kernel launches on (a cudaKernel_t is
   // loaded for every device, its attributes are set per device); shared by the copies.

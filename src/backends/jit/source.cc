@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <initializer_list>
 #include <string_view>
 #include <vector>
 
@@ -26,18 +27,33 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
 }
 
-// Resolves the template's `#if LATENT` blocks (each with an optional `#else`; conditionals inside
-// are kept as written) for a latent key or not: a non-latent key's source holds no trace of the
-// latent one, so its text, and the disk cache's hash of it, is what it was before latent keys.
-std::string resolve_latent(const std::string& s, bool latent) {
+// A condition source.cc resolves when it renders (`#if NAME`, with an optional `#else`), not the compiler.
+struct RenderFlag {
+  std::string_view name;
+  bool on;
+};
+
+// Resolves the template's `#if LATENT` and `#if PDL` blocks (conditionals inside are kept as
+// written) for the key and the architecture: a non-latent key's source holds no trace of the latent
+// one, and a source for an architecture before sm_90 none of programmatic dependent launch, so
+// their text, and the disk cache's hash of it, is what it was before either.
+std::string resolve_flags(const std::string& s, std::initializer_list<RenderFlag> flags) {
   struct Frame {
-    bool on_latent;  // an `#if LATENT`, resolved here; else the compiler's
-    bool keep;       // the lines of its current branch are kept
+    const RenderFlag* flag;  // one of `flags`, resolved here; else the compiler's
+    bool keep;               // the lines of its current branch are kept
   };
   std::vector<Frame> frames;
   const auto keeping = [&] { return std::all_of(frames.begin(), frames.end(), [](const Frame& f) { return f.keep; }); };
   const auto starts = [](std::string_view code, std::string_view word) {
     return code.substr(0, word.size()) == word && (code.size() == word.size() || std::isspace(static_cast<unsigned char>(code[word.size()])));
+  };
+  const auto flag_of = [&](std::string_view code) -> const RenderFlag* {
+    if (!starts(code, "#if")) return nullptr;
+    const std::string_view rest = code.substr(std::min(code.size(), code.find_first_not_of(" \t", 3)));
+    for (const RenderFlag& f : flags) {
+      if (starts(rest, f.name)) return &f;
+    }
+    return nullptr;
   };
   std::string out;
   for (size_t pos = 0; pos < s.size();) {
@@ -46,17 +62,17 @@ std::string resolve_latent(const std::string& s, bool latent) {
     pos = end;
     const std::string_view code = line.substr(std::min(line.size(), line.find_first_not_of(" \t")));
     bool emit = false;
-    if (starts(code, "#if LATENT")) {
-      frames.push_back({true, latent});
+    if (const RenderFlag* f = flag_of(code)) {
+      frames.push_back({f, f->on});
     } else if (starts(code, "#if") || starts(code, "#ifdef") || starts(code, "#ifndef")) {
       emit = keeping();
-      frames.push_back({false, true});
-    } else if (starts(code, "#else") && !frames.empty() && frames.back().on_latent) {
-      frames.back().keep = !latent;
+      frames.push_back({nullptr, true});
+    } else if (starts(code, "#else") && !frames.empty() && frames.back().flag != nullptr) {
+      frames.back().keep = !frames.back().flag->on;
     } else if (starts(code, "#endif") && !frames.empty()) {
-      const bool on_latent = frames.back().on_latent;
+      const bool resolved = frames.back().flag != nullptr;
       frames.pop_back();
-      emit = !on_latent && keeping();
+      emit = !resolved && keeping();
     } else {
       emit = keeping();
     }
@@ -144,7 +160,7 @@ std::string render_warp_row(const KernelKey& key) {
   replace_all(s, "$KV_BF16", key.kv_dtype == DType::bf16 ? "1" : "0");
   replace_all(s, "$ELEM", std::string(dtype_name(key.dtype)) + ", cache " + std::string(dtype_name(key.kv_dtype)));
   render_variants(s, key);
-  return resolve_latent(s, key.latent);
+  return resolve_flags(s, {{"LATENT", key.latent}});
 }
 
 size_t mma_tile_smem_bytes(const KernelKey& key) {
@@ -156,7 +172,7 @@ size_t mma_tile_smem_bytes(const KernelKey& key) {
   return std::max(q + key.tile.stages * stage, epilogue);
 }
 
-std::string render_mma_tile(const KernelKey& key) {
+std::string render_mma_tile(const KernelKey& key, bool pdl) {
   ATTNKIT_CHECK(key.tensor_cores() && (key.dtype == DType::bf16 || key.dtype == DType::f16),
                 "jit: the mma_tile kernel reads q and cache of one dtype, bf16 or f16; got ", dtype_name(key.dtype),
                 " over ", dtype_name(key.kv_dtype));
@@ -181,7 +197,7 @@ std::string render_mma_tile(const KernelKey& key) {
   const size_t min_ctas = t.warps_m == 1 ? std::max<size_t>(1, std::min(by_smem, by_regs)) : 1;
   replace_all(s, "$MIN_CTAS", std::to_string(min_ctas));
   replace_all(s, "$VO_PASSES", std::to_string(key.vo_passes()));
-  return resolve_latent(s, key.latent);
+  return resolve_flags(s, {{"LATENT", key.latent}, {"PDL", pdl}});
 }
 
 namespace {
@@ -238,7 +254,7 @@ std::string compile_arch(const KernelKey& key, const std::string& arch) {
   return key.tensor_cores() && key.tile.wgmma && arch == "sm_90" ? "sm_90a" : arch;
 }
 
-std::string render_wgmma_tile(const KernelKey& key) {
+std::string render_wgmma_tile(const KernelKey& key, bool pdl) {
   ATTNKIT_CHECK(key.tensor_cores() && (key.dtype == DType::bf16 || key.dtype == DType::f16),
                 "jit: the wgmma_tile kernel reads q and cache of one dtype, bf16 or f16; got ", dtype_name(key.dtype),
                 " over ", dtype_name(key.kv_dtype));
@@ -254,12 +270,18 @@ std::string render_wgmma_tile(const KernelKey& key) {
   replace_all(s, "$WGS", std::to_string(t.warps_m / 4));
   replace_all(s, "$SMEM_BYTES", std::to_string(wgmma_tile_smem_bytes(key)));
   replace_all(s, "$MIN_CTAS", "1");
-  return s;
+  return resolve_flags(s, {{"PDL", pdl}});
 }
 
-std::string render(const KernelKey& key) {
+bool pdl_arch(const std::string& arch) {
+  int major_minor = 0;
+  return std::sscanf(arch.c_str(), "sm_%d", &major_minor) == 1 && major_minor >= 90;
+}
+
+std::string render(const KernelKey& key, const std::string& arch) {
   if (!key.tensor_cores()) return render_warp_row(key);
-  return key.tile.wgmma ? render_wgmma_tile(key) : render_mma_tile(key);
+  const bool pdl = pdl_arch(arch);
+  return key.tile.wgmma ? render_wgmma_tile(key, pdl) : render_mma_tile(key, pdl);
 }
 
 }  // namespace attnkit::jit

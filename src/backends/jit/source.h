@@ -67,12 +67,19 @@ KernelKey kernel_key_for(const AttentionSpec& spec, const KvCacheConfig& cache, 
 // warp_row's CTA: a warp a query row, the group's heads on its warps.
 inline constexpr int kWarpRowThreads = 128;
 
+// Whether a source compiled for `arch` ("sm_90a", "sm_100") launches the split-KV merge with
+// programmatic dependent launch: griddepcontrol is sm_90's and later's (backend.cc says why).
+bool pdl_arch(const std::string& arch);
+
 // The CUDA source of `key`'s kernel: mma_tile or, with a wgmma tile, wgmma_tile (entry points
 // attend and merge, and tile_mask with a mask_mod) where key.tensor_cores(), else warp_row (attend).
-std::string render(const KernelKey& key);
+// `arch` is the one it is compiled for (compile_arch's): where pdl_arch, the tile templates' `#if
+// PDL` lines are kept (attend's griddepcontrol.launch_dependents, merge's griddepcontrol.wait);
+// elsewhere, and with no arch, they are dropped and the source is what it was before them.
+std::string render(const KernelKey& key, const std::string& arch = "");
 std::string render_warp_row(const KernelKey& key);
-std::string render_mma_tile(const KernelKey& key);
-std::string render_wgmma_tile(const KernelKey& key);
+std::string render_mma_tile(const KernelKey& key, bool pdl = false);
+std::string render_wgmma_tile(const KernelKey& key, bool pdl = false);
 
 // Shared memory the tile kernel of `key` is launched with: Q, then the ring of K/V stages, or
 // mma_tile's epilogue's fp32 O where that is larger (the templates assert their own sums fit).

@@ -1,7 +1,8 @@
 // The rendered sources of the non-latent keys, pinned by their hash: the disk cache names a module
 // by its source's hash, so a template change that alters them (the latent keys' passes included)
 // would recompile every user's cached kernels and could change what runs. A change meant to alter
-// them updates the hashes here.
+// them updates the hashes here. Each key twice: as rendered for an architecture before sm_90 (or
+// none), and for sm_90 (compile_arch's), where the tile templates carry the PDL lines (source.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -19,7 +20,8 @@ using testing::make_key;
 
 struct Pinned {
   KernelKey key;
-  uint64_t hash;
+  uint64_t hash;       // sm_80, and no architecture
+  uint64_t hash_sm90;  // sm_90 / sm_90a
 };
 
 std::vector<Pinned> pinned() {
@@ -27,20 +29,24 @@ std::vector<Pinned> pinned() {
   variants.score_mod = VariantExpr::parse("score - 0.0625f * (q_pos - kv_pos)", "score_mod").cuda_source();
   variants.mask_mod = VariantExpr::parse("kv_pos / 512 == q_pos / 512", "mask_mod").cuda_source();
   return {
-      {make_key(128, 128, 4, 16, DType::bf16, DType::bf16, {64, 1, 4, 1, 4}), 0xa8ad9325457bf7e2ULL},  // decode, the load's fast path
-      {make_key(128, 128, 4, 16, DType::bf16, DType::bf16, {64, 4, 1, 2, 2}), 0xd73e3eff6276935eULL},  // prefill
-      {make_key(192, 128, 16, 1, DType::f16, DType::f16, {64, 4, 1, 1, 3}), 0x01097c55c5ea703bULL},  // qk != vo: the general load
-      {make_key(256, 256, 8, 64, DType::bf16, DType::bf16, {128, 1, 4, 1, 2}), 0x59a4293fdc8605e7ULL},  // Q from shared memory
-      {make_key(128, 128, 4, 16, DType::bf16, DType::bf16, {128, 8, 1, 1, 2, true}), 0x7ac0f655772fd793ULL},  // wgmma_tile
-      {make_key(96, 96, 2, 16, DType::bf16, DType::f16, {}), 0x492e6ef5ecea25aeULL},  // warp_row
-      {variants, 0x159eefa0a71dc8a0ULL},
+      {make_key(128, 128, 4, 16, DType::bf16, DType::bf16, {64, 1, 4, 1, 4}), 0xa8ad9325457bf7e2ULL, 0x118d2b63f1dd528cULL},  // decode, the load's fast path
+      {make_key(128, 128, 4, 16, DType::bf16, DType::bf16, {64, 4, 1, 2, 2}), 0xd73e3eff6276935eULL, 0xf2e1f311674d4010ULL},  // prefill
+      {make_key(192, 128, 16, 1, DType::f16, DType::f16, {64, 4, 1, 1, 3}), 0x01097c55c5ea703bULL, 0x1f84b3c35ef54a43ULL},  // qk != vo: the general load
+      {make_key(256, 256, 8, 64, DType::bf16, DType::bf16, {128, 1, 4, 1, 2}), 0x59a4293fdc8605e7ULL, 0xb4eea146d3952df7ULL},  // Q from shared memory
+      {make_key(128, 128, 4, 16, DType::bf16, DType::bf16, {128, 8, 1, 1, 2, true}), 0x7ac0f655772fd793ULL, 0xb3d97e573b5c2f14ULL},  // wgmma_tile
+      {make_key(96, 96, 2, 16, DType::bf16, DType::f16, {}), 0x492e6ef5ecea25aeULL, 0x492e6ef5ecea25aeULL},  // warp_row: no merge
+      {variants, 0x159eefa0a71dc8a0ULL, 0x47d0549f06ae99d2ULL},
   };
 }
 
 TEST(JitSourceStability, NonLatentKeysRenderAsBefore) {
   for (const Pinned& p : pinned()) {
-    const uint64_t got = fnv1a64(render(p.key));
-    EXPECT_EQ(got, p.hash) << p.key.describe() << ": 0x" << std::hex << got;
+    for (const char* arch : {"", "sm_80"}) {
+      const uint64_t got = fnv1a64(render(p.key, arch));
+      EXPECT_EQ(got, p.hash) << p.key.describe() << " for '" << arch << "': 0x" << std::hex << got;
+    }
+    const uint64_t got = fnv1a64(render(p.key, compile_arch(p.key, "sm_90")));
+    EXPECT_EQ(got, p.hash_sm90) << p.key.describe() << " for sm_90: 0x" << std::hex << got;
   }
 }
 

@@ -89,7 +89,7 @@ TEST(JitSource, EveryKindOfKeyCompilesForSm90a) {
   variants.mask_mod = VariantExpr::parse("kv_pos / 512 == q_pos / 512 || kv_pos < 4", "m").cuda_source();
   keys.push_back(variants);
   for (const KernelKey& k : keys) {
-    const std::vector<char> cubin = nvrtc->compile_cubin(render(k), k.describe(), "sm_90a", {});
+    const std::vector<char> cubin = nvrtc->compile_cubin(render(k, "sm_90a"), k.describe(), "sm_90a", {});
     EXPECT_GT(cubin.size(), 1000u) << k.describe();
   }
 }

@@ -16,7 +16,8 @@ namespace attnkit::jit {
 // and out share it), BLOCK_N, WARPS_M, WARPS_N, M_TILES, STAGES, SMEM_BYTES (what the host launches
 // with), ELEM and CONFIG (words), PTX_FUNCTIONS (kernels/mma_ptx.h), VARIANT_FUNCTIONS
 // (kernels/variants.h), HAS_MASK_MOD, MIN_CTAS, TILE_COMMON (kernels/tile_common.h: merge, tile_mask),
-// VO_PASSES. `#if LATENT` blocks are resolved by source.cc (resolve_latent), not by the compiler.
+// VO_PASSES. `#if LATENT` and `#if PDL` (sm_90+) blocks are resolved by source.cc (resolve_flags),
+// not by the compiler.
 inline constexpr const char* kMmaTileTemplate = R"CUDA(
 // attnkit jit: mma_tile, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM, $CONFIG
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -322,6 +323,11 @@ $TILE_ISSUE
     }
   }
 
+#if PDL
+  // Every tile is issued: the merge launched behind this grid (programmatic serialisation) may be
+  // scheduled once all CTAs are here or done; it waits for this grid's completion before it reads.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   // Epilogue: each warp's O, max and sum to shared memory; the block joins its WARPS_N parts.
   wait_groups<0>();
   __syncthreads();

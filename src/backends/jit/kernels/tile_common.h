@@ -2,6 +2,7 @@
 // work item, the issue of a tile's copies (kTileIssue, at $TILE_ISSUE), and at $TILE_COMMON `merge`, which joins the split-KV
 // partials, and `tile_mask`, the once-a-batch flags of the tiles a mask_mod leaves seen. They read
 // the template's BLOCK_M, BLOCK_N, STAGES, GROUP, HEAD_DIM_VO, elem, pack2, commit and mask_mod.
+// `#if PDL` blocks are kept only in sources for sm_90 and later (source.cc: resolve_flags).
 #pragma once
 
 namespace attnkit::jit {
@@ -65,6 +66,13 @@ merge(elem* __restrict__ out, const float* __restrict__ o_part, const float* __r
   const int request = mg[0], row0 = mg[1], n_rows = mg[2], splits = mg[3], base = mg[4];
   const int kv_head = blockIdx.y, num_kv_heads = gridDim.y, num_qo_heads = num_kv_heads * GROUP;
   const int qo_start = requests[4 * request + 0];
+#if PDL
+  // Launched with programmatic stream serialisation right behind `attend` (backend.cc), so this
+  // CTA may run before attend's grid has finished: above, only what the host wrote before attend
+  // ran (the merge list, the requests); every thread waits here until attend's grid has completed
+  // and its writes (the partials) are visible, before any read of them.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   for (int c = threadIdx.x; c < n_rows * (HEAD_DIM_VO / 2); c += blockDim.x) {
     const int r = c / (HEAD_DIM_VO / 2), col = 2 * (c % (HEAD_DIM_VO / 2)), p = row0 + r;
     float mx = NEG_INF;

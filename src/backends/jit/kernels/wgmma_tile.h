@@ -14,7 +14,8 @@ namespace attnkit::jit {
 
 // $NAME placeholders: HEAD_DIM_QK, HEAD_DIM_VO, GROUP, PAGE_SIZE, BF16, BLOCK_N, WGS (warpgroups a
 // CTA), STAGES, SMEM_BYTES, ELEM, CONFIG, PTX_FUNCTIONS (kernels/mma_ptx.h), WGMMA_FUNCTIONS,
-// VARIANT_FUNCTIONS, HAS_MASK_MOD, MIN_CTAS, TILE_COMMON (kernels/tile_common.h).
+// VARIANT_FUNCTIONS, HAS_MASK_MOD, MIN_CTAS, TILE_COMMON (kernels/tile_common.h). `#if PDL` blocks
+// (sm_90+) are resolved by source.cc, not by the compiler.
 inline constexpr const char* kWgmmaTileTemplate = R"CUDA(
 // attnkit jit: wgmma_tile, rendered for head_dim $HEAD_DIM_QK/$HEAD_DIM_VO, group $GROUP, page $PAGE_SIZE, $ELEM, $CONFIG
 #define HEAD_DIM_QK $HEAD_DIM_QK
@@ -267,6 +268,10 @@ $TILE_ISSUE
       for (int e = 0; e < 4; ++e) hold(pa[kk][e]);
   }
   wait_groups<0>();
+#if PDL
+  // As mma_tile's: every tile is done, the merge behind this grid may be scheduled.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 
   // Epilogue from the registers: the quad holds each row's columns; m is in log2 units.
 #pragma unroll
