@@ -17,6 +17,8 @@
 #   replay    Mooncake conversation trace, hopper prefill + planned decode against planned alone
 #             (REPLAY_REQUESTS, default 200, prompts clamped to 16k)
 #   profile   Nsight Compute of hopper's extend kernel and FlashInfer's sm90 kernel (device-profile.sh)
+#   mlaprofile  Nsight Compute of mla's 64-row kernel (128 heads, 128 x 8192) and of FlashInfer's MLA
+#             kernel on the same batch, then of the narrow kernel over the fp8_blocked cache (16 heads)
 #
 # Env: SPEED_SECONDS (the limit, default 570), BEFORE (a folder staged like dist/, e.g. the build
 # before a change: mla and jit then also time it on the shapes that change touches, for a ratio in
@@ -29,7 +31,7 @@ out="${OUT:-$root/out}"
 res="$out/speed"
 mkdir -p "$res"
 exec > >(tee -a "$out/speed.log") 2>&1
-[[ $# -gt 0 ]] || { sed -n 2,25p "$0"; exit 2; }
+[[ $# -gt 0 ]] || { sed -n 2,26p "$0"; exit 2; }
 start=$(date +%s)
 limit="${SPEED_SECONDS:-570}"
 step() { echo "== $(($(date +%s) - start)) s, $(date -u +%H:%M:%S): $*"; }
@@ -157,6 +159,26 @@ section_profile() {
   BACKEND=hopper ATTNKIT_KERNEL=extend_kernel PROFILE_PEER=flashinfer-prefill-ragged-fa3 OUT="$res/profile" \
     timeout "$(cap 150)" scripts/device-profile.sh "prefill causal 1x8192 page 64" >"$res/profile.log" 2>&1
   tail -5 "$res/profile.log"
+}
+
+section_mlaprofile() {
+  # Where the 64-row kernel's time goes beside FlashInfer's: tensor-pipe activity, issue and stalls.
+  local ncu_args=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis
+    --section SchedulerStats --section WarpStateStats --section Occupancy)
+  local bench=("$tool" bench --backend mla --preset deepseek-v3 --page-size 64 --warmup 2 --repeats 2)
+  step "Nsight Compute: mla's 64-row kernel, 128 heads, 128 x 8192"
+  timeout "$(cap 90)" "${ncu_args[@]}" -k regex:attend_kernel -s 2 -c 1 "${bench[@]}" --heads 128 \
+    --requests 8191+1x128 >"$res/mla-profile-64row.txt" 2>&1
+  grep -vE "^==PROF==|^\s*$" "$res/mla-profile-64row.txt" | head -80
+  step "Nsight Compute: FlashInfer's MLA kernel, the same batch"
+  timeout "$(cap 120)" "${ncu_args[@]}" -k regex:MLA -s 3 -c 1 --target-processes all python3 bench/peers/mla.py \
+    --tool "$tool" --shapes "decode h128 128x8192" --json "$res/mla-profile-peer.json" \
+    --markdown "$res/mla-profile-peer.md" >"$res/mla-profile-peer.txt" 2>&1
+  grep -vE "^==PROF==|^\s*$" "$res/mla-profile-peer.txt" | grep -v "^\[" | head -80
+  step "Nsight Compute: mla's narrow kernel, 16 heads, 128 x 8192, fp8_blocked"
+  timeout "$(cap 90)" "${ncu_args[@]}" -k regex:narrow_kernel -s 2 -c 1 "${bench[@]}" --heads 16 \
+    --requests 8191+1x128 --kv-dtype e4m3 --latent fp8-blocked >"$res/mla-profile-narrow-fp8.txt" 2>&1
+  grep -vE "^==PROF==|^\s*$" "$res/mla-profile-narrow-fp8.txt" | head -80
 }
 
 for s in "$@"; do
