@@ -13,7 +13,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+cd "$root" || exit 1
 out="${OUT:-$root/out}"
 mkdir -p "$out"
 backend="${BACKEND:-planned}"
@@ -38,13 +38,14 @@ ncu --version | tail -1
 for shape in "$@"; do
   tag=$(tr ' +' '__' <<<"$shape")
   args=$(python3 bench/peers/shapes.py bench-args "$shape") || { echo "unknown shape: $shape"; continue; }
+  bench_argv=() && eval "bench_argv=($args)"  # as the shell would split them: a mask expression is one quoted word
   echo "==================== $shape: attnkit $backend ($args)"
   # Every kernel of the 4th..6th timed forwards (store, decode, merge...): time and DRAM bytes.
   [[ -z "${PROFILE_METRICS:-}" ]] && "${ncu_base[@]}" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-    -s 12 -c 9 dist/attnkit bench --backend "$backend" $args --warmup 2 --repeats 4 >"$out/ncu.$tag.kernels.txt" 2>&1
+    -s 12 -c 9 dist/attnkit bench --backend "$backend" "${bench_argv[@]}" --warmup 2 --repeats 4 >"$out/ncu.$tag.kernels.txt" 2>&1
   [[ -z "${PROFILE_METRICS:-}" ]] && grep -E "^\s+[a-z_]+.*\(|gpu__time|dram__|lts__|sm__throughput" "$out/ncu.$tag.kernels.txt" | head -80
   "${ncu_base[@]}" -k "regex:${ATTNKIT_KERNEL:-decode_kernel}" -s 2 -c 1 "${sections[@]}" \
-    dist/attnkit bench --backend "$backend" $args --warmup 2 --repeats 2 >"$out/ncu.$tag.attnkit.txt" 2>&1
+    dist/attnkit bench --backend "$backend" "${bench_argv[@]}" --warmup 2 --repeats 2 >"$out/ncu.$tag.attnkit.txt" 2>&1
   tail -n +1 "$out/ncu.$tag.attnkit.txt" | grep -vE "^==PROF==|^\s*$" | head -150
   if [[ "$peer" != none ]]; then
     echo "==================== $shape: $peer"

@@ -19,6 +19,8 @@
 #   profile   Nsight Compute of hopper's extend kernel and FlashInfer's sm90 kernel (device-profile.sh)
 #   mlaprofile  Nsight Compute of mla's 64-row kernel (128 heads, 128 x 8192) and of FlashInfer's MLA
 #             kernel on the same batch, then of the narrow kernel over the fp8_blocked cache (16 heads)
+#   jitprofile  Nsight Compute of jit's prefill kernel and FlexAttention's on the document mask and
+#             on plain causal (where jit trails FlexAttention), and on d96 (jit alone)
 #
 # Env: SPEED_SECONDS (the limit, default 570), BEFORE (a folder staged like dist/, e.g. the build
 # before a change: mla and jit then also time it on the shapes that change touches, for a ratio in
@@ -31,7 +33,7 @@ out="${OUT:-$root/out}"
 res="$out/speed"
 mkdir -p "$res"
 exec > >(tee -a "$out/speed.log") 2>&1
-[[ $# -gt 0 ]] || { sed -n 2,26p "$0"; exit 2; }
+[[ $# -gt 0 ]] || { sed -n 2,28p "$0"; exit 2; }
 start=$(date +%s)
 limit="${SPEED_SECONDS:-570}"
 step() { echo "== $(($(date +%s) - start)) s, $(date -u +%H:%M:%S): $*"; }
@@ -179,6 +181,31 @@ section_mlaprofile() {
   timeout "$(cap 90)" "${ncu_args[@]}" -k regex:narrow_kernel -s 2 -c 1 "${bench[@]}" --heads 16 \
     --requests 8191+1x128 --kv-dtype e4m3 --latent fp8-blocked >"$res/mla-profile-narrow-fp8.txt" 2>&1
   grep -vE "^==PROF==|^\s*$" "$res/mla-profile-narrow-fp8.txt" | head -80
+}
+
+section_jitprofile() {
+  local shape
+  # Tuned first, without the profiler: the profiled calls then load the chosen tile from the disk
+  # cache instead of launching every candidate (all named `attend`).
+  step "jit: tuning the profiled shapes"
+  local -a shape_args
+  for shape in "prefill document 4x2048 in 8192" "prefill causal 1x8192"; do
+    # The shape's options as the shell would split them (a mask expression is one quoted word).
+    eval "shape_args=($(python3 bench/peers/shapes.py bench-args "$shape"))"
+    timeout "$(cap 60)" "$tool" bench --backend jit "${shape_args[@]}" --max-seconds 1 >/dev/null 2>&1
+  done
+  timeout "$(cap 60)" "$tool" bench --backend jit --phase prefill --batch 1 --kv-len 8192 --head-dim 96 --max-seconds 1 \
+    >/dev/null 2>&1
+  step "Nsight Compute: jit's prefill kernel and FlexAttention's, document mask and plain causal"
+  BACKEND=jit ATTNKIT_KERNEL='^attend$' PROFILE_PEER=flex PEER_KERNEL=triton OUT="$res/jitprofile" \
+    timeout "$(cap 200)" scripts/device-profile.sh "prefill document 4x2048 in 8192" "prefill causal 1x8192" \
+    >"$res/jitprofile.log" 2>&1
+  tail -5 "$res/jitprofile.log"
+  step "Nsight Compute: jit's prefill kernel at d96"
+  timeout "$(cap 90)" ncu --clock-control none -k 'regex:^attend$' -s 4 -c 1 --section SpeedOfLight \
+    --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis "$tool" bench --backend jit \
+    --phase prefill --batch 1 --kv-len 8192 --head-dim 96 --warmup 3 --repeats 2 >"$res/jitprofile-d96.txt" 2>&1
+  grep -vE "^==PROF==|^\s*$" "$res/jitprofile-d96.txt" | head -60
 }
 
 for s in "$@"; do
