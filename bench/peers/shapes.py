@@ -102,10 +102,11 @@ class Shape:
         return ",".join(f"{p}+{n}" + (f"x{c}" if c > 1 else "") for (p, n), c in runs)
 
     def attnkit_variant_args(self) -> List[str]:
-        """The variant as `attnkit bench --score-mod / --mask-mod` expressions (the language of
-        src/core/variant_expr.h: score is the scaled logit, q_pos and kv_pos positions in the
-        request, head the query head); [] for plain attention. Only backends with user variants
-        (jit, reference) run them; the others refuse the shape.
+        """The variant as `attnkit bench` options: ALiBi and the document mask as --score-mod /
+        --mask-mod expressions (the language of src/core/variant_expr.h: score is the scaled logit,
+        q_pos and kv_pos positions in the request, head the query head), which only backends with
+        user variants (jit, reference) run, the others refusing the shape; soft-cap as --soft-cap;
+        [] for plain attention.
 
         The document mask is written from positions (kv_pos / L == q_pos / L, int division), which
         holds for documents of equal length L laid end to end in one request: the expressions read
@@ -114,8 +115,9 @@ class Shape:
             # -8 / H is exact in float for H = 32 (-0.25): the slope is the same number as the peers'.
             return ["--score-mod", f"score + exp2f({-8.0 / NUM_QO_HEADS!r}f * (head + 1)) * (kv_pos - q_pos)"]
         if self.variant == "softcap":
-            cap = f"{float(self.variant_arg)!r}f"
-            return ["--score-mod", f"{cap} * tanhf(score / {cap})"]
+            # The built-in soft-cap (cap * tanh(scaled logit / cap)), which every backend with the
+            # feature runs, rather than the same formula as a score_mod, which only jit and reference do.
+            return ["--soft-cap", str(self.variant_arg)]
         if self.variant == "document":
             return ["--mask-mod", f"kv_pos / {self.variant_arg} == q_pos / {self.variant_arg}"]
         return []

@@ -240,6 +240,16 @@ TEST(Cli, VariantsRunWhereABackendHasThemAndAreSkippedElsewhere) {
       << bad.output;
 }
 
+TEST(Cli, SoftCapAppliesToEveryLayerAndMustBePositive) {
+  const Outcome r = run_tool("check --backend cpu --cases 2 --preset qwen3-0.6b --soft-cap 30");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("2 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("softcap"), std::string::npos) << r.output;
+  const Outcome bad = run_tool("check --backend cpu --cases 1 --soft-cap -1");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--soft-cap"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, JitShowsTheSourceItCompiles) {
   const Outcome r = run_tool("jit --show --preset qwen3-0.6b --page-size 64 --mask-mod 'kv_pos / 64 == q_pos / 64'");
   EXPECT_EQ(r.status, 0) << r.output;

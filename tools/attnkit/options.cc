@@ -117,6 +117,9 @@ void add_model_options(CLI::App& cmd, ModelEdits* edits) {
                  "A C++ expression that rewrites each scaled logit, e.g. 'score - 0.0625f * (q_pos - kv_pos)' (ALiBi)");
   cmd.add_option("--mask-mod", edits->mask_mod,
                  "A C++ expression true where a key is visible, on top of causal and window, e.g. 'kv_pos / 512 == q_pos / 512'");
+  cmd.add_option("--soft-cap", edits->soft_cap,
+                 "Logit soft-cap of every layer: scaled logits become cap * tanh(logits / cap) (default: the preset's)")
+      ->check(CLI::PositiveNumber);
 }
 
 ModelSpec with_edits(ModelSpec model, const ModelEdits& edits) {
@@ -145,10 +148,12 @@ ModelSpec with_edits(ModelSpec model, const ModelEdits& edits) {
     }
     s.score_mod = edits.score_mod;
     s.mask_mod = edits.mask_mod;
+    if (edits.soft_cap > 0.0f) s.logits_soft_cap = edits.soft_cap;
     s.validate();
   }
   if (edits.heads != 0) model.name += "-h" + std::to_string(edits.heads);
   if (dk != 0) model.name += "-d" + edits.head_dim;
+  if (edits.soft_cap > 0.0f) model.name += detail::concat("-cap", edits.soft_cap);
   return model;
 }
 

@@ -44,6 +44,7 @@ struct ModelEdits {
   std::string head_dim;  // "QK" or "QK/VO"; empty: the preset's
   std::string score_mod;
   std::string mask_mod;
+  float soft_cap = 0.0f;  // 0: the preset's
 };
 void add_model_options(CLI::App& cmd, ModelEdits* edits);
 // `model` with the edits applied; throws attnkit::Error where the KV heads do not divide the heads
