@@ -163,10 +163,13 @@ section_profile() {
   tail -5 "$res/profile.log"
 }
 
+# Nsight Compute with the sections mlaprofile and jitprofile read: throughput, pipes, memory, issue
+# and stalls (clocks left as the benchmarks run them).
+ncu_args=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis
+  --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy)
+
 section_mlaprofile() {
-  # Where the 64-row kernel's time goes beside FlashInfer's: tensor-pipe activity, issue and stalls.
-  local ncu_args=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis
-    --section SchedulerStats --section WarpStateStats --section Occupancy)
+  # Where the 64-row kernel's time goes beside FlashInfer's.
   local bench=("$tool" bench --backend mla --preset deepseek-v3 --page-size 64 --warmup 2 --repeats 2)
   step "Nsight Compute: mla's 64-row kernel, 128 heads, 128 x 8192"
   timeout "$(cap 90)" "${ncu_args[@]}" -k regex:attend_kernel -s 2 -c 1 "${bench[@]}" --heads 128 \
@@ -202,8 +205,7 @@ section_jitprofile() {
     >"$res/jitprofile.log" 2>&1
   tail -5 "$res/jitprofile.log"
   step "Nsight Compute: jit's prefill kernel at d96"
-  timeout "$(cap 90)" ncu --clock-control none -k 'regex:^attend$' -s 4 -c 1 --section SpeedOfLight \
-    --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis "$tool" bench --backend jit \
+  timeout "$(cap 90)" "${ncu_args[@]}" -k 'regex:^attend$' -s 4 -c 1 "$tool" bench --backend jit \
     --phase prefill --batch 1 --kv-len 8192 --head-dim 96 --warmup 3 --repeats 2 >"$res/jitprofile-d96.txt" 2>&1
   grep -vE "^==PROF==|^\s*$" "$res/jitprofile-d96.txt" | head -60
 }
