@@ -197,7 +197,7 @@ $TILE_ISSUE
     if (soft_cap > 0.0f) {
       const float inside = sm_scale / soft_cap;
 #pragma unroll
-      for (int x = 0; x < BLOCK_N / 2; ++x) s[x] = soft_cap * tanhf(s[x] * inside);
+      for (int x = 0; x < BLOCK_N / 2; ++x) s[x] = soft_cap * fast_tanh(s[x] * inside);
     } else {
 #pragma unroll
       for (int x = 0; x < BLOCK_N / 2; ++x) s[x] *= sm_scale;
