@@ -57,6 +57,8 @@ std::vector<harness::CheckCase> cases() {
   c.push_back(jit_case("d72 f16 mixed", 12, 4, 72, 72, 32, {{1200, 1}, {0, 150}}));
   c.back().q_dtype = DType::f16;
   c.back().kv_dtype = DType::f16;
+  // 12 chunks a row, which do not divide the threads: the loader's partial passes.
+  c.push_back(jit_case("d96 extend with prefix", 32, 8, 96, 96, 16, {{70, 300}, {0, 45}, {500, 1}}));
   return c;
 }
 
@@ -76,6 +78,18 @@ std::vector<std::pair<int, jit::TileConfig>> tile_cases() {
       for (size_t i = 0; i < all.size(); ++i) {
         if (all[i].label == l) out.push_back({static_cast<int>(i), t});
       }
+    }
+  }
+  // The wgmma template at head dims whose 16-byte chunks do not divide its threads (72: 10 a row,
+  // 96: 12, 192/128: 24 of K and 16 of V), each prefill tile that fits them.
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string& l = all[i].label;
+    if (l != "d72 f16 mixed" && l != "d96 extend with prefix" && l != "d192 by 128 extend") continue;
+    jit::KernelKey key;
+    key.head_dim_qk = all[i].spec.head_dim_qk;
+    key.head_dim_vo = all[i].spec.head_dim_vo;
+    for (const jit::TileConfig& t : jit::tile_candidates(key, false, "sm_90")) {
+      if (t.wgmma) out.push_back({static_cast<int>(i), t});
     }
   }
   return out;

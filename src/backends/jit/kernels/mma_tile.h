@@ -258,7 +258,7 @@ $TILE_ISSUE
         for (int e = 0; e < 4; ++e) {
           const int i = e / 2, kv_pos = t0 + wn * NW + n * 8 + 2 * (lane % 4) + e % 2;
           float x = s[mt][n][e] * sm_scale;
-          if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+          if (soft_cap > 0.0f) x = soft_cap * fast_tanh(x / soft_cap);
           x = score_mod(x, q_pos[mt][i], kv_pos, head[mt][i], kv_head, request, q_len, kv_len);
           if (!whole) {
             const bool seen = kv_pos < kv_hi && (!causal || kv_pos <= q_pos[mt][i]) &&

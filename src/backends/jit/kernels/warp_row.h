@@ -97,7 +97,7 @@ attend(const unsigned short* __restrict__ q, unsigned short* __restrict__ out, c
           float acc = 0.0f;
 #pragma unroll 8
           for (int e = 0; e < HEAD_DIM_QK; ++e) acc += s_q[warp][e] * KV_TO_FLOAT(k_row[e]);
-          if (soft_cap > 0.0f) acc = soft_cap * tanhf(acc / soft_cap);
+          if (soft_cap > 0.0f) acc = soft_cap * fast_tanh(acc / soft_cap);
           s = score_mod(acc, q_pos, t, head, kv_head, request, q_len, kv_len);
         }
       }

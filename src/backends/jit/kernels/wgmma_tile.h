@@ -91,34 +91,39 @@ $WORK_ITEM
 #define CHUNKS (DQK / 8)
 #define VCHUNKS (HEAD_DIM_VO / 8)
   const unsigned k_pitch = num_kv_heads * HEAD_DIM_QK * 2, v_pitch = num_kv_heads * HEAD_DIM_VO * 2;  // bytes a slot
-#if THREADS % CHUNKS == 0 && VCHUNKS <= CHUNKS
+#if VCHUNKS <= CHUNKS
   // A tile's K and V: thread `tid` copies chunk column tid % CHUNKS of rows tid / CHUNKS + i * LROWS,
-  // one page-table read a row for K and V both.
+  // one page-table read a row for K and V both. Where CHUNKS does not divide the threads (d96: 12
+  // chunks, 21 rows a pass over 252 of 256 threads) the last THREADS % CHUNKS threads copy nothing
+  // and the last pass is partial; at d64/d128/d256 both checks fold away.
 #define LROWS (THREADS / CHUNKS)
-  static_assert(BLOCK_N % LROWS == 0, "whole passes over a tile");
+#define LPASSES ((BLOCK_N + LROWS - 1) / LROWS)
   const int l_cc = tid % CHUNKS, l_r0 = tid / CHUNKS;
+  const bool l_active = LROWS * CHUNKS == THREADS || tid < LROWS * CHUNKS;
   const char* k_base = reinterpret_cast<const char*>(k_pool) + (kv_head * HEAD_DIM_QK + l_cc * 8) * 2;
   const char* v_base = reinterpret_cast<const char*>(v_pool) + (kv_head * HEAD_DIM_VO + l_cc * 8) * 2;
   auto load_tile = [&](int j) {
     const unsigned s_k = s_base + Q_BYTES + (j % STAGES) * STAGE_BYTES + (l_cc / 8) * BLOCK_N * 128;
     const unsigned s_v = s_base + Q_BYTES + (j % STAGES) * STAGE_BYTES + K_BYTES + (l_cc / 8) * BLOCK_N * 128;
+    if (!l_active) return;
     const unsigned t0 = kv_lo + j * BLOCK_N + l_r0;
-    unsigned slot[BLOCK_N / LROWS];
+    unsigned slot[LPASSES];
 #pragma unroll
-    for (int i = 0; i < BLOCK_N / LROWS; ++i) {
+    for (int i = 0; i < LPASSES; ++i) {
       const unsigned t = t0 + i * LROWS;
       slot[i] = t < (unsigned)kv_hi ? (unsigned)__ldg(pages + t / PAGE_SIZE) * PAGE_SIZE + t % PAGE_SIZE : 0u;
     }
 #pragma unroll
-    for (int i = 0; i < BLOCK_N / LROWS; ++i) {
+    for (int i = 0; i < LPASSES; ++i) {
       const unsigned r = l_r0 + i * LROWS;
+      if (BLOCK_N % LROWS != 0 && r >= BLOCK_N) break;
       const bool ok = t0 + i * LROWS < (unsigned)kv_hi;
       copy16(s_k + swz(r, l_cc % 8), k_base + (unsigned long long)slot[i] * k_pitch, ok && l_cc * 8 < HEAD_DIM_QK);
       if (l_cc < VCHUNKS) copy16(s_v + swz(r, l_cc % 8), v_base + (unsigned long long)slot[i] * v_pitch, ok);
     }
   };
 #else
-  // Head dims whose chunks do not divide the threads (192): chunk by chunk, a page-table read each.
+  // V rows wider than K's (head_dim_vo > head_dim_qk): chunk by chunk, a page-table read each.
   auto copy_rows = [&](unsigned s_dst, const elem* pool, int chunks, int head_dim, unsigned pitch, int t0) {
     for (int c = tid; c < BLOCK_N * chunks; c += THREADS) {
       const int r = c / chunks, cc = c % chunks, t = t0 + r;
@@ -192,7 +197,7 @@ $TILE_ISSUE
     if (soft_cap > 0.0f) {
       const float inside = sm_scale / soft_cap;
 #pragma unroll
-      for (int x = 0; x < BLOCK_N / 2; ++x) s[x] = soft_cap * tanhf(s[x] * inside);
+      for (int x = 0; x < BLOCK_N / 2; ++x) s[x] = soft_cap * fast_tanh(s[x] * inside);
     } else {
 #pragma unroll
       for (int x = 0; x < BLOCK_N / 2; ++x) s[x] *= sm_scale;
