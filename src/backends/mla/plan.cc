@@ -7,12 +7,15 @@ namespace attnkit::mla {
 
 Plan make_plan(const ForwardBatch& batch, const PlanShape& shape) {
   const int heads = shape.num_qo_heads;
-  std::vector<WorkItem> tiles;
   Plan plan;
   int max_qo_len = 0;
+  int64_t row_tiles = 0;
   for (int i = 0; i < batch.batch_size(); ++i) max_qo_len = std::max(max_qo_len, batch.qo_len(i));
   plan.tile_rows = tile_rows_for(max_qo_len * heads, shape.fp8_latent);
   const int tile_rows = plan.tile_rows;
+  for (int i = 0; i < batch.batch_size(); ++i) row_tiles += (int64_t{batch.qo_len(i)} * heads + tile_rows - 1) / tile_rows;
+  std::vector<WorkItem> tiles;
+  tiles.reserve(static_cast<size_t>(row_tiles));
   for (int i = 0; i < batch.batch_size(); ++i) {
     const int qo_len = batch.qo_len(i);
     const int kv_len = batch.kv_len(i);
@@ -41,10 +44,14 @@ Plan make_plan(const ForwardBatch& batch, const PlanShape& shape) {
   // many and a shorter rest. Run longest first, the short pieces fill in behind the long ones.
   const int64_t per_cta = (plan.total_tiles + shape.num_ctas - 1) / std::max(1, shape.num_ctas);
   const int chunk = static_cast<int>(std::max<int64_t>(2, per_cta));
+  // At most one piece a row tile beyond its full ones, and at most num_ctas full ones in all.
+  std::vector<WorkItem> pieces;
+  pieces.reserve(static_cast<size_t>(row_tiles + std::max(1, shape.num_ctas)));
+  plan.merges.reserve(static_cast<size_t>(row_tiles));
   for (const WorkItem& t : tiles) {
     const int splits = std::max(1, (t.num_tiles + chunk - 1) / chunk);
     if (splits == 1) {
-      plan.work.push_back(t);
+      pieces.push_back(t);
       continue;
     }
     const int each = chunk;
@@ -57,12 +64,16 @@ Plan make_plan(const ForwardBatch& batch, const PlanShape& shape) {
       w.kv_hi = std::min(t.kv_hi, w.n0 + w.num_tiles * kTileTokens);
       w.partial = plan.num_partials++;
       ++m.num_splits;
-      plan.work.push_back(w);
+      pieces.push_back(w);
     }
     plan.merges.push_back(m);
   }
-  std::stable_sort(plan.work.begin(), plan.work.end(),
-                   [](const WorkItem& a, const WorkItem& b) { return a.num_tiles > b.num_tiles; });
+  // Longest first, ties in plan order: a stable counting sort, every piece holding 0..chunk tiles.
+  std::vector<int> starts(static_cast<size_t>(chunk) + 2, 0);
+  for (const WorkItem& w : pieces) ++starts[static_cast<size_t>(chunk - w.num_tiles) + 1];
+  for (size_t k = 1; k < starts.size(); ++k) starts[k] += starts[k - 1];
+  plan.work.resize(pieces.size());
+  for (const WorkItem& w : pieces) plan.work[static_cast<size_t>(starts[static_cast<size_t>(chunk - w.num_tiles)]++)] = w;
   return plan;
 }
 

@@ -108,7 +108,13 @@ TEST(MlaPlan, SplitsCoverEachRangeOnceAndFillOneWave) {
   for (const MergeItem& m : plan.merges)
     for (int s = 0; s < m.num_splits; ++s) ++joined[static_cast<size_t>(m.first_partial + s)];
   for (int j : joined) EXPECT_EQ(j, 1);
-  for (size_t i = 1; i < plan.work.size(); ++i) EXPECT_GE(plan.work[i - 1].num_tiles, plan.work[i].num_tiles);
+  // Longest first; equal lengths in plan order (request, row tile, then piece).
+  for (size_t i = 1; i < plan.work.size(); ++i) {
+    const WorkItem& a = plan.work[i - 1];
+    const WorkItem& c = plan.work[i];
+    EXPECT_GE(a.num_tiles, c.num_tiles);
+    if (a.num_tiles == c.num_tiles) EXPECT_TRUE(a.q_row0 < c.q_row0 || (a.q_row0 == c.q_row0 && a.n0 < c.n0)) << i;
+  }
 }
 
 TEST(MlaPlan, ExtendRowsSeeTheirOwnCausalRange) {
