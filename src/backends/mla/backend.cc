@@ -1,4 +1,4 @@
-// MlaBackend: plan (host) and one upload per batch; per layer the latent store, the attention
+// MlaBackend: plan (host) and one asynchronous upload per batch; per layer the latent store, the attention
 // kernel and the combine of split row tiles, on the calling thread's default stream.
 #include "backends/mla/backend.h"
 
@@ -85,6 +85,7 @@ void MlaBackend::init_cuda_graph_state(int max_batch_size, int max_num_pages) {
 }
 
 void MlaBackend::plan(const ForwardBatch& batch) {
+  cuda::check_not_capturing(stream(), "mla plan");  // before any allocation below
   const KvCacheConfig& c = cache().config();
   mla::check_supported(c, DType::bf16, "plan");
   plan_ = mla::make_plan(batch, shape_);
@@ -103,15 +104,17 @@ void MlaBackend::plan(const ForwardBatch& batch) {
     if (arena.partials.nbytes() < pb) arena.partials = Buffer(Device::cuda, pb * 3 / 2);
   }
   const Layout& l = arena.layout;
-  // The page table is last: a graph layout's unused tail is not sent.
-  std::vector<unsigned char> host(l.pages + static_cast<size_t>(need.pages) * sizeof(int32_t), 0);
+  // The page table is last: a graph layout's unused tail is not sent. The alignment gaps between
+  // the sections are never read.
+  const size_t bytes = l.pages + static_cast<size_t>(need.pages) * sizeof(int32_t);
+  unsigned char* host = upload_.begin(bytes, stream());
   const int32_t counts[2] = {static_cast<int32_t>(need.work), static_cast<int32_t>(need.merges)};
-  std::memcpy(host.data(), counts, sizeof(counts));
-  std::memcpy(host.data() + l.loc, batch.out_cache_loc.data(), batch.out_cache_loc.size() * sizeof(int64_t));
-  std::memcpy(host.data() + l.work, plan_.work.data(), plan_.work.size() * sizeof(mla::WorkItem));
-  std::memcpy(host.data() + l.merges, plan_.merges.data(), plan_.merges.size() * sizeof(mla::MergeItem));
-  std::memcpy(host.data() + l.pages, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
-  arena.plan.copy_from_host(host.data(), host.size());
+  std::memcpy(host, counts, sizeof(counts));
+  std::memcpy(host + l.loc, batch.out_cache_loc.data(), batch.out_cache_loc.size() * sizeof(int64_t));
+  std::memcpy(host + l.work, plan_.work.data(), plan_.work.size() * sizeof(mla::WorkItem));
+  std::memcpy(host + l.merges, plan_.merges.data(), plan_.merges.size() * sizeof(mla::MergeItem));
+  std::memcpy(host + l.pages, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
+  upload_.upload(arena.plan.data(), bytes, stream());
 }
 
 void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,

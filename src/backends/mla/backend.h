@@ -10,6 +10,7 @@
 #include "backends/mla/config.h"
 #include "backends/mla/kernels/attend.h"
 #include "backends/mla/plan.h"
+#include "cuda/staged_upload.h"
 
 namespace attnkit {
 
@@ -59,6 +60,7 @@ class MlaBackend final : public AttentionBackend {
   };
   Arena dynamic_;
   Arena graph_;
+  cuda::StagedUpload upload_;  // the plan's bytes, copied without waiting for the GPU
   Sizes graph_bounds_;  // all zero until init_cuda_graph_state
   bool on_graph_ = false;
 };

@@ -62,6 +62,21 @@ using testing::download_bits;
 
 bool mla_runs_here() { return Registry::global().get("mla").why_unavailable().empty(); }
 
+// One eager decode of `tokens` 16-head tokens (layer 0, random q of `seed`) on the batch planned
+// last: every output element is written.
+void expect_decode_writes_every_output(AttentionBackend& backend, int tokens, uint64_t seed) {
+  harness::Staged q(Device::cuda, DType::bf16, {tokens, 16, kRank + kRope});
+  harness::Staged k(Device::cuda, DType::bf16, {tokens, 1, kRank + kRope});
+  harness::Staged out(Device::cuda, DType::bf16, {tokens, 16, kRank});
+  harness::fill_uniform(q.host(), seed, -1.0f, 1.0f);
+  q.upload();
+  k.upload();
+  out.poison();
+  backend.forward_decode(0, q.dev(), k.dev(), TensorView(), out.dev());
+  backend.synchronize();
+  for (uint16_t bits : download_bits(out)) ASSERT_NE(bits, 0xFFFF);
+}
+
 TEST(MlaGraph, ReplayWithNewLengthsAndPagesEqualsAFreshRun) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   if (!mla_runs_here()) GTEST_SKIP() << Registry::global().get("mla").why_unavailable();
@@ -109,6 +124,26 @@ TEST(MlaGraph, ReplayWithNewLengthsAndPagesEqualsAFreshRun) {
   for (uint16_t bits : fresh) ASSERT_NE(bits, 0xFFFF) << "an output element was not written";
 }
 
+// A plan inside a capture is refused before it touches anything; the backend plans and runs after.
+TEST(MlaGraph, PlanInsideACaptureIsRefused) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  if (!mla_runs_here()) GTEST_SKIP() << Registry::global().get("mla").why_unavailable();
+  Fixture f(16);
+  auto backend = create_backend("mla", {&f.model, f.cache.get()});
+  backend->init_cuda_graph_state(4, 256);
+  const ForwardBatch b = f.decode_batch({10, 20, 30}, 1);
+  cuda::CapturedGraph graph;
+  try {
+    graph.capture([&] { backend->init_forward_metadata(b); });
+    FAIL() << "a plan inside a capture must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mla plan: the stream is capturing a CUDA graph"), std::string::npos)
+        << e.what();
+  }
+  backend->init_forward_metadata(b);
+  expect_decode_writes_every_output(*backend, 3, 5);
+}
+
 TEST(MlaGraph, BatchesPastTheBoundsRunOutsideTheGraphBuffer) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   if (!mla_runs_here()) GTEST_SKIP() << Registry::global().get("mla").why_unavailable();
@@ -118,16 +153,7 @@ TEST(MlaGraph, BatchesPastTheBoundsRunOutsideTheGraphBuffer) {
   const ForwardBatch b = f.decode_batch({5, 6, 70, 8}, 3);
   backend->init_forward_metadata(b);
   EXPECT_FALSE(static_cast<MlaBackend&>(*backend).on_graph_buffer());
-  harness::Staged q(Device::cuda, DType::bf16, {4, 16, kRank + kRope});
-  harness::Staged k(Device::cuda, DType::bf16, {4, 1, kRank + kRope});
-  harness::Staged out(Device::cuda, DType::bf16, {4, 16, kRank});
-  harness::fill_uniform(q.host(), 4, -1.0f, 1.0f);
-  q.upload();
-  k.upload();
-  out.poison();
-  backend->forward_decode(0, q.dev(), k.dev(), TensorView(), out.dev());
-  backend->synchronize();
-  for (uint16_t bits : download_bits(out)) ASSERT_NE(bits, 0xFFFF);
+  expect_decode_writes_every_output(*backend, 4, 4);
 }
 
 TEST(MlaGraph, GraphStateArgumentsAreChecked) {
