@@ -54,6 +54,12 @@ std::vector<harness::CheckCase> cases() {
   c.back().spec.logits_soft_cap = 30.0f;
   c.push_back(jit_case("d64 document mask skips tiles", 8, 2, 64, 64, 16, {{0, 700}, {100, 1}}, "",
                        "kv_pos / 128 == q_pos / 128"));
+  // The mainloop runs from an item's first seen tile to its last: sink tokens leave tile 0 seen and
+  // the tiles between it and the document unseen; rows before position 200 see nothing at all.
+  c.push_back(jit_case("d128 sinks and documents", 8, 2, 128, 128, 16, {{0, 900}, {300, 1}}, "",
+                       "kv_pos < 4 || kv_pos / 256 == q_pos / 256"));
+  c.push_back(jit_case("d128 rows that see nothing", 8, 2, 128, 128, 16, {{0, 600}, {0, 9}}, "",
+                       "kv_pos >= 200 && kv_pos / 512 == q_pos / 512"));
   c.push_back(jit_case("d72 f16 mixed", 12, 4, 72, 72, 32, {{1200, 1}, {0, 150}}));
   c.back().q_dtype = DType::f16;
   c.back().kv_dtype = DType::f16;
@@ -71,7 +77,8 @@ std::vector<std::pair<int, jit::TileConfig>> tile_cases() {
   for (const jit::TileConfig& t : jit::tile_candidates(d128, false, "sm_90")) tiles.push_back(t);
   const std::vector<std::string> labels = {"d128 gqa decode", "d128 extend with prefix", "d128 long decode split",
                                            "d64 sinks window soft-cap", "d128 document mask extend",
-                                           "d64 document mask skips tiles"};
+                                           "d64 document mask skips tiles", "d128 sinks and documents",
+                                           "d128 rows that see nothing"};
   const std::vector<harness::CheckCase> all = cases();
   for (const jit::TileConfig& t : tiles) {
     for (const std::string& l : labels) {

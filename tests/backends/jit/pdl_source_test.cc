@@ -71,7 +71,7 @@ TEST(JitPdl, Sm90SourcesTriggerAtTheEpilogueAndMergeWaitsBeforeItsReads) {
     const size_t trigger = s.find("griddepcontrol.launch_dependents;");
     ASSERT_NE(attend, std::string::npos);
     ASSERT_NE(merge, std::string::npos);
-    EXPECT_GT(trigger, s.find("for (int j = 0; j < num_tiles; ++j)", attend)) << k.describe();
+    EXPECT_GT(trigger, s.find("for (int j = j_begin; j < j_end; ++j)", attend)) << k.describe();
     EXPECT_LT(trigger, s.find("lse_part[pr] =", attend)) << k.describe();
     EXPECT_LT(trigger, merge) << k.describe();
     // merge: the wait before its first read of a partial (o_part or lse_part).

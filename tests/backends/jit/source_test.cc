@@ -88,6 +88,9 @@ TEST(JitSource, EveryKindOfKeyCompilesForSm90a) {
   variants.score_mod = VariantExpr::parse("q_pos - kv_pos > 100 ? score * 0.5f : 30.0f * tanhf(score / 30.0f)", "s").cuda_source();
   variants.mask_mod = VariantExpr::parse("kv_pos / 512 == q_pos / 512 || kv_pos < 4", "m").cuda_source();
   keys.push_back(variants);
+  KernelKey wgmma_variants = variants;  // the wgmma template's mask path (seen-tile range, flags read ahead)
+  wgmma_variants.tile = TileConfig{128, 8, 1, 1, 2, true};
+  keys.push_back(wgmma_variants);
   for (const KernelKey& k : keys) {
     const std::vector<char> cubin = nvrtc->compile_cubin(render(k, "sm_90a"), k.describe(), "sm_90a", {});
     EXPECT_GT(cubin.size(), 1000u) << k.describe();

@@ -197,10 +197,10 @@ $TILE_ISSUE
 #endif
   const unsigned q_lane = smem_addr(s_q + (wm * WARP_ROWS + lane % 8 + ((lane / 8) % 2) * 8) * KSTRIDE + (lane / 16) * 8);
 
-  for (int j = 0; j < num_tiles; ++j) {
+  for (int j = j_begin; j < j_end; ++j) {
     wait_groups<STAGES - 2>();
     __syncthreads();  // tile j landed for every thread, and tile j - 1's stage is free to refill
-    if (j + STAGES - 1 < num_tiles) issue(j + STAGES - 1);
+    if (j + STAGES - 1 < j_end) issue(j + STAGES - 1);
     commit();
 #if HAS_MASK_MOD
     const unsigned f = (flags >> (2 * (j % STAGES))) & 3u;

@@ -30,27 +30,48 @@ inline constexpr const char* kWorkItem = R"CUDA(
   const int rows = q_len * GROUP;
 )CUDA";
 
-// Inside `attend`, at $TILE_ISSUE, after the template's load_tile(j): issue(j) loads tile j into
-// its stage unless a mask_mod leaves it unseen (its 2 bits of flags kept for the mainloop), and
-// the first STAGES - 1 tiles go out, a cp.async group each (Q travels in the first).
+// Inside `attend`, at $TILE_ISSUE, after the template's load_tile(j): the mainloop's tile range
+// [j_begin, j_end), issue(j), which loads tile j into its stage unless a mask_mod leaves it unseen
+// (its 2 bits of flags kept for the mainloop), and the first STAGES - 1 tiles, a cp.async group
+// each (Q travels in the first).
 inline constexpr const char* kTileIssue = R"CUDA(
+  int j_begin = 0, j_end = num_tiles;
 #if HAS_MASK_MOD
   // Which tiles any row sees (bit 1) and which every row sees whole (bit 2), from tile_mask (once a
-  // batch): a tile no row sees is neither loaded nor computed. 2 bits a stage.
+  // batch). The mainloop runs from the first seen tile to the last: a document mask leaves most of
+  // a causal row's tiles before its document unseen, and walking them costs a barrier each. A tile
+  // no row sees inside that range is neither loaded nor computed. 2 bits a stage.
   unsigned flags = 0;
   const unsigned char* my_flags = tile_flags + (long long)item[5] * num_kv_heads + kv_head;
+  {
+    __shared__ int seen_range[2];
+    if (tid == 0) seen_range[0] = num_tiles, seen_range[1] = 0;
+    __syncthreads();
+    int lo = num_tiles, hi = 0;
+    for (int j = tid; j < num_tiles; j += THREADS) {
+      if (my_flags[(long long)j * num_kv_heads] & 1u) lo = min(lo, j), hi = j + 1;
+    }
+    if (hi > 0) atomicMin(&seen_range[0], lo), atomicMax(&seen_range[1], hi);
+    __syncthreads();
+    j_begin = seen_range[0];
+    j_end = max(j_begin, seen_range[1]);
+  }
+  // Tile j's flags are read one issue ahead (issue is called for consecutive j), so the load's
+  // latency hides behind a tile's work instead of stalling the next issue.
+  unsigned next_flags = j_begin < j_end ? my_flags[(long long)j_begin * num_kv_heads] : 0u;
 #endif
   auto issue = [&](int j) {
 #if HAS_MASK_MOD
-    const unsigned f = my_flags[(long long)j * num_kv_heads];
+    const unsigned f = next_flags;
+    if (j + 1 < j_end) next_flags = my_flags[(long long)(j + 1) * num_kv_heads];
     flags = (flags & ~(3u << (2 * (j % STAGES)))) | (f << (2 * (j % STAGES)));
     if (f & 1u) load_tile(j);
 #else
     load_tile(j);
 #endif
   };
-  for (int j = 0; j < STAGES - 1; ++j) {  // Q travels in the first group
-    if (j < num_tiles) issue(j);
+  for (int j = j_begin; j < j_begin + STAGES - 1; ++j) {  // Q travels in the first group
+    if (j < j_end) issue(j);
     commit();
   }
 )CUDA";

@@ -159,11 +159,11 @@ $TILE_ISSUE
   float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
   const unsigned s_q = s_base + wg * 64 * 128;
 
-  for (int j = 0; j < num_tiles; ++j) {
+  for (int j = j_begin; j < j_end; ++j) {
     wait_groups<STAGES - 2>();
     proxy_fence();    // this thread's cp.async writes, before the products read them
     __syncthreads();  // tile j landed for every thread, and tile j - 1's stage is free to refill
-    if (j + STAGES - 1 < num_tiles) issue(j + STAGES - 1);
+    if (j + STAGES - 1 < j_end) issue(j + STAGES - 1);
     commit();
 #if HAS_MASK_MOD
     const unsigned f = (flags >> (2 * (j % STAGES))) & 3u;
