@@ -41,7 +41,7 @@ std::vector<TileConfig> tile_candidates(const KernelKey& key, bool decode, const
     k.tile = t;
     // Two row tiles of a head dim past 128 hold more accumulators than a thread's 255 registers.
     const bool registers = t.m_tiles == 1 || std::max(key.head_dim_qk, key.head_dim_vo) <= 128;
-    if (tile_smem_bytes(k) <= kMaxSharedBytes && registers) fit.push_back(t);
+    if (tile_fits_shared_memory(k) && registers) fit.push_back(t);
   }
   return fit;
 }

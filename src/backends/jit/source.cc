@@ -245,6 +245,10 @@ size_t tile_smem_bytes(const KernelKey& key) {
   return key.tile.wgmma ? wgmma_tile_smem_bytes(key) : mma_tile_smem_bytes(key);
 }
 
+bool tile_fits_shared_memory(const KernelKey& key) {
+  return tile_smem_bytes(key) + (key.mask_mod.empty() ? 0 : kMaskStaticSmemBytes) <= kMaxSharedBytes;
+}
+
 bool wgmma_serves(const KernelKey& key, const std::string& arch) {
   return (arch == "sm_90" || arch == "sm_90a") && key.tensor_cores() && !key.latent && key.head_dim_qk % 8 == 0 &&
          key.head_dim_vo % 8 == 0 && key.head_dim_vo <= 256 && (key.dtype == DType::bf16 || key.dtype == DType::f16);

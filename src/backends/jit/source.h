@@ -86,6 +86,9 @@ std::string render_wgmma_tile(const KernelKey& key, bool pdl = false);
 size_t mma_tile_smem_bytes(const KernelKey& key);
 size_t wgmma_tile_smem_bytes(const KernelKey& key);
 size_t tile_smem_bytes(const KernelKey& key);  // whichever template the tile names
+// Whether the tile kernel of `key` fits one CTA's shared memory on sm_90 (kMaxSharedBytes): its
+// dynamic buffer (tile_smem_bytes) plus the static memory its mask_mod path declares.
+bool tile_fits_shared_memory(const KernelKey& key);
 
 // Whether the wgmma template can serve `key` (16-bit q and cache alike, head dims multiples of 8)
 // on `arch` (sm_90: wgmma is sm_90a's), and the architecture its source is compiled for there.

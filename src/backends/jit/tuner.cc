@@ -74,7 +74,7 @@ TileConfig TileTuner::choose(const KernelKey& base, const std::string& bucket, c
   if (const std::optional<TileConfig> t = pinned()) {
     KernelKey k = base;
     k.tile = *t;
-    ATTNKIT_CHECK(tile_smem_bytes(k) <= kMaxSharedBytes && t->block_n % (16 * t->warps_n) == 0 &&
+    ATTNKIT_CHECK(tile_fits_shared_memory(k) && t->block_n % (16 * t->warps_n) == 0 &&
                       (!t->wgmma || wgmma_serves(base, arch)),
                   "ATTNKIT_JIT_TILE: '", t->describe(), "' does not fit ", base.describe());
     return *t;

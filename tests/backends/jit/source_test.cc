@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "backends/jit/config.h"
+#include "backends/jit/kernels/tile_common.h"
 #include "backends/jit/nvrtc.h"
 #include "core/variant_expr.h"
 #include "test_keys.h"
@@ -116,6 +117,28 @@ TEST(JitSource, EveryTileCandidateCompilesForSm90a) {
   }
   const std::vector<size_t> sizes = testing::compiled_sizes(*nvrtc, keys);
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_GT(sizes[i], 1000u) << keys[i].describe();
+}
+
+// A mask_mod's kernel declares a few bytes of static shared memory beside its dynamic buffer: the
+// candidates count them, so no tile chosen for a masked key asks for more than a CTA may hold. The
+// mma tile of 64 rows and three stages of 128 keys at head dims 72 / 192 fills the buffer to the byte.
+TEST(JitSource, MaskedTilesCountTheirStaticSharedMemory) {
+  const KernelKey full = make_key(72, 192, 4, 16, DType::bf16, DType::bf16, TileConfig{128, 4, 1, 1, 3});
+  EXPECT_EQ(tile_smem_bytes(full), kMaxSharedBytes);
+  EXPECT_TRUE(tile_fits_shared_memory(full));
+  KernelKey masked = full;
+  masked.mask_mod = VariantExpr::parse("kv_pos / 64 == q_pos / 64", "mask_mod").cuda_source();
+  EXPECT_FALSE(tile_fits_shared_memory(masked));
+  for (int d = 8; d <= 256; d += 8) {
+    KernelKey k = make_key(d, d, 4, 16, DType::bf16, DType::bf16);
+    k.mask_mod = masked.mask_mod;
+    for (bool decode : {true, false}) {
+      for (const TileConfig& t : tile_candidates(k, decode, "sm_90")) {
+        k.tile = t;
+        EXPECT_LE(tile_smem_bytes(k) + kMaskStaticSmemBytes, kMaxSharedBytes) << k.describe();
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // `#if PDL` blocks are kept only in sources for sm_90 and later (source.cc: resolve_flags).
 #pragma once
 
+#include <cstddef>
+
 namespace attnkit::jit {
 
 // `attend`'s arguments (at $ATTEND_PARAMS), what the host launches both templates with.
@@ -34,6 +36,9 @@ inline constexpr const char* kWorkItem = R"CUDA(
 // [j_begin, j_end), issue(j), which loads tile j into its stage unless a mask_mod leaves it unseen
 // (its 2 bits of flags kept for the mainloop), and the first STAGES - 1 tiles, a cp.async group
 // each (Q travels in the first).
+// The static shared memory kTileIssue declares with a mask_mod (seen_range), beside the template's
+// dynamic buffer: the CTA's sum of both must fit (source.h: tile_fits_shared_memory).
+inline constexpr size_t kMaskStaticSmemBytes = 2 * sizeof(int);
 inline constexpr const char* kTileIssue = R"CUDA(
   int j_begin = 0, j_end = num_tiles;
 #if HAS_MASK_MOD
