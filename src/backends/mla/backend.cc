@@ -107,14 +107,15 @@ void MlaBackend::plan(const ForwardBatch& batch) {
   // The page table is last: a graph layout's unused tail is not sent. The alignment gaps between
   // the sections are never read.
   const size_t bytes = l.pages + static_cast<size_t>(need.pages) * sizeof(int32_t);
-  unsigned char* host = upload_.begin(bytes, stream());
+  upload_.reserve(bytes);
+  std::byte* host = upload_.begin_write();
   const int32_t counts[2] = {static_cast<int32_t>(need.work), static_cast<int32_t>(need.merges)};
   std::memcpy(host, counts, sizeof(counts));
   std::memcpy(host + l.loc, batch.out_cache_loc.data(), batch.out_cache_loc.size() * sizeof(int64_t));
   std::memcpy(host + l.work, plan_.work.data(), plan_.work.size() * sizeof(mla::WorkItem));
   std::memcpy(host + l.merges, plan_.merges.data(), plan_.merges.size() * sizeof(mla::MergeItem));
   std::memcpy(host + l.pages, batch.kv_page_indices.data(), batch.kv_page_indices.size() * sizeof(int32_t));
-  upload_.upload(arena.plan.data(), bytes, stream());
+  upload_.upload(arena.plan.data(), 0, bytes, stream());
 }
 
 void MlaBackend::run_extend(int layer, const TensorView& q, const TensorView& k, const TensorView& v,
